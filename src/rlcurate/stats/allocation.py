@@ -1,0 +1,259 @@
+"""How many rollouts each prompt should get (chapter 3, *Allocating rollouts*).
+
+With B prompts, n_i rollouts each and the baselined estimator of grad J_f
+
+    g_hat = (1/B) sum_i f'(p_i) (1/n_i) sum_j (r_ij - p_i) grad log pi(a_ij | x_i),
+
+the variance is, up to the common factor 1/B^2 and the gradient-norm scale sigma_i^2,
+
+    V(n) = sum_i c_i / n_i,     c_i = f'(p_i)^2 p_i (1 - p_i) sigma_i^2.
+
+Minimising V subject to sum_i n_i = N gives the Lagrange solution n_i* proportional to sqrt(c_i) =
+f'(p_i) sqrt(p_i (1 - p_i)) sigma_i. For GRPO's arcsin objective sqrt(c_i) is constant: uniform
+allocation is already optimal. :func:`optimal_allocation` solves the *integer* problem with bounds
+exactly (greedy marginal allocation is optimal for a separable convex objective).
+
+GVM (Yao et al., 2025) allocates n_i proportional to G_i / sqrt(p_i + alpha / p_i^(beta - 1)), with
+G_i a measured gradient norm (:func:`gvm_allocation`). :func:`escalation_cost` prices a tiered
+schedule such as 4, then 32, then 256 rollouts for prompts that have not been solved yet.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Sequence
+
+import numpy as np
+
+from rlcurate._validate import as_finite, as_int, as_probability
+from rlcurate.stats.objectives import Objective, get_objective
+
+__all__ = [
+    "variance_coefficients",
+    "allocation_variance",
+    "optimal_allocation",
+    "continuous_allocation",
+    "round_preserving_sum",
+    "gvm_allocation",
+    "escalation_cost",
+    "escalation_cost_from_coverage",
+]
+
+
+def variance_coefficients(p, objective: str | Objective = "linear", grad_sq_norm=None):
+    """c_i = f'(p_i)^2 p_i (1 - p_i) sigma_i^2, the per-prompt variance coefficient (chapter 3).
+
+    ``grad_sq_norm`` is sigma_i^2 = E||grad log pi||^2 per prompt (default 1 for every prompt).
+    f' is evaluated at the clipped pass rate of the objective, so c_i is always finite.
+    """
+    obj = get_objective(objective)
+    p_arr = np.atleast_1d(as_probability(p, "p"))
+    sig2 = np.ones_like(p_arr) if grad_sq_norm is None else np.broadcast_to(
+        as_finite(grad_sq_norm, "grad_sq_norm", nonnegative=True), p_arr.shape
+    )
+    return obj.weight(p_arr) ** 2 * p_arr * (1 - p_arr) * sig2
+
+
+def allocation_variance(c, n) -> float:
+    """V(n) = sum_i c_i / n_i (chapter 3); prompts with n_i = 0 must have c_i = 0."""
+    c = as_finite(c, "c", nonnegative=True)
+    n = as_finite(n, "n", nonnegative=True)
+    if c.shape != n.shape:
+        raise ValueError(f"c and n must have the same shape, got {c.shape} and {n.shape}")
+    if ((n == 0) & (c > 0)).any():
+        raise ValueError("n must be > 0 wherever c > 0 (a prompt with variance and no rollouts)")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.sum(np.where(n > 0, c / np.where(n > 0, n, 1), 0.0)))
+
+
+def _check_budget(B: int, budget, n_min: int, n_max: int | None) -> tuple[int, int, int]:
+    budget = as_int(budget, "budget", minimum=0)
+    n_min = as_int(n_min, "n_min", minimum=0)
+    n_max = budget if n_max is None else as_int(n_max, "n_max", minimum=0)
+    if n_max < n_min:
+        raise ValueError(f"n_max ({n_max}) must be >= n_min ({n_min})")
+    if budget < B * n_min:
+        raise ValueError(f"budget {budget} is below n_min * prompts = {n_min} * {B} = {B * n_min}")
+    if budget > B * n_max:
+        raise ValueError(f"budget {budget} exceeds n_max * prompts = {n_max} * {B} = {B * n_max}")
+    return budget, n_min, n_max
+
+
+def optimal_allocation(p, budget: int, objective: str | Objective = "linear", n_min: int = 1,
+                       n_max: int | None = None, grad_sq_norm=None) -> np.ndarray:
+    """Integer rollouts per prompt minimising V(n) = sum_i c_i / n_i with sum_i n_i = budget and
+    n_min <= n_i <= n_max (chapter 3).
+
+    The unconstrained solution is n_i proportional to f'(p_i) sqrt(p_i (1 - p_i)) sigma_i; this
+    function returns the exact integer optimum: start every prompt at n_min and hand out the
+    remaining rollouts one at a time to the prompt whose variance drops most, c_i / (n_i (n_i + 1)).
+    Ties (for example the arcsin objective, or prompts at p = 0 or 1 with c_i = 0) go round-robin
+    in prompt order, so a uniform c gives a uniform allocation. Raises ``ValueError`` when the bounds
+    make the budget impossible.
+    """
+    c = variance_coefficients(p, objective, grad_sq_norm)
+    B = c.size
+    budget, n_min, n_max = _check_budget(B, budget, n_min, n_max)
+    n = _greedy_prefix(c, budget, n_min, n_max)
+    remaining = budget - int(n.sum())
+
+    def gain(i):
+        if n[i] == 0:
+            return np.inf if c[i] > 0 else 0.0
+        return c[i] / (n[i] * (n[i] + 1))
+
+    # Heap of (-gain, rollouts so far, prompt index): equal gains go to the prompt with fewer
+    # rollouts, then to the lower index, so a uniform c gives a uniform allocation.
+    heap = [(-gain(i), int(n[i]), i) for i in range(B) if n[i] < n_max]
+    heapq.heapify(heap)
+    while remaining > 0:
+        _, _, i = heapq.heappop(heap)
+        n[i] += 1
+        remaining -= 1
+        if n[i] < n_max:
+            heapq.heappush(heap, (-gain(i), int(n[i]), i))
+    return n
+
+
+def _greedy_prefix(c: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
+    """The state the greedy allocation passes through when every marginal gain above a threshold t
+    has been taken: n_i(t) = n_min + #{k in [n_min, n_max) : c_i / (k (k + 1)) > t}. Bisection finds a
+    t with sum n_i(t) <= budget, so the greedy loop has only the last few rollouts left to place and
+    the result stays the exact greedy (hence optimal) allocation."""
+    def n_at(t):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k_bound = np.where(c > 0, (-1 + np.sqrt(1 + 4 * c / t)) / 2, -np.inf)
+        # number of integers k >= n_min with k < k_bound, capped at n_max - n_min
+        count = np.clip(np.ceil(k_bound) - n_min, 0, n_max - n_min)
+        return (n_min + count).astype(np.int64)
+
+    if c.max(initial=0.0) == 0:
+        return np.full(c.size, n_min, dtype=np.int64)
+    hi = float(c.max()) / max(n_min * (n_min + 1), 1) + 1.0  # no finite gain exceeds hi
+    if n_at(hi).sum() > budget:  # n_min = 0 and fewer rollouts than prompts with variance
+        return np.full(c.size, n_min, dtype=np.int64)
+    lo = hi
+    while n_at(lo).sum() <= budget and lo > 1e-300:
+        lo /= 2
+    if n_at(lo).sum() <= budget:
+        return n_at(lo)
+    for _ in range(100):  # invariant: sum n(hi) <= budget < sum n(lo)
+        mid = 0.5 * (lo + hi)
+        if n_at(mid).sum() <= budget:
+            hi = mid
+        else:
+            lo = mid
+    return n_at(hi)
+
+
+def continuous_allocation(c, budget: float, n_min: float = 0.0, n_max: float | None = None) -> np.ndarray:
+    """The real-valued minimiser of sum c_i / n_i with sum n_i = budget and n_min <= n_i <= n_max:
+    n_i = clip(sqrt(c_i) / sqrt(lambda), n_min, n_max), with lambda found by bisection (chapter 3)."""
+    c = as_finite(c, "c", nonnegative=True)
+    B = c.size
+    budget = float(as_finite(budget, "budget", nonnegative=True))
+    n_max = budget if n_max is None else float(n_max)
+    if budget < B * n_min - 1e-9 or budget > B * n_max + 1e-9:
+        raise ValueError(f"budget {budget} is outside [{B * n_min}, {B * n_max}] for {B} prompts")
+    s = np.sqrt(c)
+    if s.sum() == 0:
+        return np.full(B, budget / B)
+
+    def total(scale):
+        return np.clip(scale * s, n_min, n_max).sum()
+
+    lo, hi = 0.0, 1.0
+    while total(hi) < budget and hi < 1e300:
+        hi *= 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if total(mid) < budget else (lo, mid)
+    n = np.clip(hi * s, n_min, n_max)
+    if n.sum() < budget - 1e-6:  # prompts with c_i = 0 absorb what the bounds left over
+        free = (s == 0) & (n < n_max)
+        if free.any():
+            n[free] += min((budget - n.sum()) / free.sum(), n_max - n_min)
+    return n
+
+
+def round_preserving_sum(x, total: int | None = None) -> np.ndarray:
+    """Round non-negative reals to integers with the same sum (largest-remainder rounding), as GVM's
+    ``float_to_int_preserve_sum`` does. ``total`` defaults to round(sum(x))."""
+    x = as_finite(x, "x", nonnegative=True)
+    total = int(round(x.sum())) if total is None else as_int(total, "total", minimum=0)
+    base = np.floor(x).astype(np.int64)
+    short = total - int(base.sum())
+    if short < 0:
+        raise ValueError(f"total {total} is below the sum of the floors {int(base.sum())}")
+    frac = x - base
+    order = np.lexsort((np.arange(x.size), -frac))  # largest remainder first, ties in index order
+    base[order[:short]] += 1
+    return base
+
+
+def gvm_allocation(p, grad_norm, budget: int, alpha: float = 1e-3, beta: float = 2.0) -> np.ndarray:
+    """GVM's rule (Yao et al., 2025): n_i proportional to s_i = G_i / sqrt(p_i + alpha / p_i^(beta - 1)),
+    rounded to integers summing to ``budget`` (chapter 3).
+
+    ``grad_norm`` G_i is the mean gradient norm of the accepted responses of prompt i. Prompts with
+    p_i = 0 or G_i = 0 get s_i = 0 and therefore no rollouts, the weakness chapter 3 discusses.
+    Defaults alpha = 1e-3, beta = 2 are those of the GVM code (s_i = G_i / sqrt(p_i + alpha / p_i)).
+    """
+    p_arr = np.atleast_1d(as_probability(p, "p"))
+    g = np.broadcast_to(as_finite(grad_norm, "grad_norm", nonnegative=True), p_arr.shape)
+    budget = as_int(budget, "budget", minimum=0)
+    alpha = float(as_finite(alpha, "alpha", nonnegative=True))
+    beta = float(as_finite(beta, "beta"))
+    s = np.zeros_like(p_arr)
+    ok = (p_arr > 0) & (g > 0)
+    s[ok] = g[ok] / np.sqrt(p_arr[ok] + alpha / p_arr[ok] ** (beta - 1))
+    if s.sum() == 0:
+        raise ValueError("gvm_allocation needs at least one prompt with p > 0 and grad_norm > 0")
+    return round_preserving_sum(budget * s / s.sum(), budget)
+
+
+def escalation_cost(p, schedule: Sequence[int] = (4, 32, 256), reuse: bool = True) -> dict:
+    """Expected rollouts per prompt of a tiered schedule, from true pass rates (chapter 1).
+
+    Every prompt first gets ``schedule[0]`` rollouts; a prompt with no success so far escalates to
+    ``schedule[1]`` rollouts in total, and so on. With ``reuse=True`` earlier rollouts count toward
+    the next tier (a prompt escalating from 4 to 32 pays 28 more); with ``reuse=False`` each tier
+    starts afresh (it pays 32 more). ``p`` is the pass rate of each prompt in a population (or a
+    sample of one). Returns the expected cost, the share of prompts first solved at each tier, the
+    share never solved, and the cost of giving every prompt the last tier.
+    """
+    p_arr = np.atleast_1d(as_probability(p, "p"))
+    K = [as_int(k, "schedule entry", minimum=1) for k in schedule]
+    if not K:
+        raise ValueError("schedule must hold at least one tier")
+    if any(b <= a for a, b in zip(K, K[1:])):
+        raise ValueError(f"schedule must be strictly increasing, got {list(K)}")
+    with np.errstate(divide="ignore"):
+        unsolved = np.array([np.mean(np.exp(k * np.log1p(-p_arr))) for k in K])  # P(no success in k)
+    coverage = 1.0 - unsolved
+    return escalation_cost_from_coverage(coverage, K, reuse)
+
+
+def escalation_cost_from_coverage(coverage: Sequence[float], schedule: Sequence[int] = (4, 32, 256),
+                                  reuse: bool = True) -> dict:
+    """The same expected cost from the measured share of prompts solved within each tier, i.e. the
+    pass@K curve at K = schedule (chapter 1 uses it to re-check a published worked example)."""
+    cov = np.atleast_1d(as_probability(coverage, "coverage"))
+    K = [as_int(k, "schedule entry", minimum=1) for k in schedule]
+    if cov.size != len(K):
+        raise ValueError(f"coverage needs one value per tier ({len(K)}), got {cov.size}")
+    if np.any(np.diff(cov) < -1e-12):
+        raise ValueError(f"coverage must not decrease with the tier, got {cov.tolist()}")
+    reach = np.r_[1.0, 1.0 - cov[:-1]]  # share of prompts that reach tier t
+    extra = np.diff(np.r_[0, K]) if reuse else np.asarray(K)
+    cost = float(np.sum(reach * extra))
+    first_solved = np.diff(np.r_[0.0, cov])
+    return {
+        "schedule": list(K),
+        "expected_cost": cost,
+        "coverage": cov,
+        "first_solved_at_tier": first_solved,
+        "never_solved": float(1.0 - cov[-1]),
+        "uniform_cost": float(K[-1]),
+        "cost_ratio": cost / K[-1],
+    }

@@ -1,0 +1,81 @@
+"""Chapters as tests.
+
+Every chapter in book/ is executed once with papermill in the ``smoke`` profile, into a temporary
+folder (never over the source). The values it stored with :func:`rlcurate.book.record` are then
+checked by ``tests/chapter_checks/<chapter>.py`` (a function ``check(records)``), and every chapter
+must record ``checks_passed`` (its numerical assertions all ran). A separate test makes sure no
+committed notebook holds an error output. nbval (``--nbval-lax``, configured in pyproject.toml) runs
+the chapters again and compares the cells marked ``# NBVAL_CHECK_OUTPUT`` with their stored outputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rlcurate.book import read_records
+
+REPO = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((REPO / "book").glob("[0-9][0-9]_*.ipynb"))
+CHECKS = REPO / "tests" / "chapter_checks"
+SMOKE_BUDGET_S = 600  # per cell; the aim is well under a minute per chapter
+
+_executed: dict[str, tuple[Path, float]] = {}
+
+
+def _execute(nb: Path, out_dir: Path) -> tuple[Path, float]:
+    import papermill as pm
+
+    if nb.stem not in _executed:
+        out = out_dir / nb.name
+        start = time.perf_counter()
+        pm.execute_notebook(str(nb), str(out), parameters={"PROFILE": "smoke"}, kernel_name="python3",
+                            cwd=str(nb.parent), progress_bar=False, log_output=False,
+                            execution_timeout=SMOKE_BUDGET_S)
+        _executed[nb.stem] = (out, time.perf_counter() - start)
+    return _executed[nb.stem]
+
+
+@pytest.fixture(scope="session")
+def executed_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("executed_chapters")
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("nb", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_executes_and_records(nb: Path, executed_dir: Path):
+    out, seconds = _execute(nb, executed_dir)
+    records = read_records(out)
+    assert records.get("checks_passed") is True, f"{nb.name} did not record checks_passed=True"
+    assert records.get("profile") == "smoke", f"{nb.name} ran in profile {records.get('profile')!r}"
+    check_file = CHECKS / f"{nb.stem}.py"
+    if check_file.exists():
+        spec = importlib.util.spec_from_file_location(f"chapter_check_{nb.stem}", check_file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.check(records)
+    print(f"{nb.stem}: smoke {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("nb", CHAPTERS, ids=lambda p: p.stem)
+def test_committed_notebook_has_no_error_output_and_one_parameters_cell(nb: Path):
+    cells = json.loads(nb.read_text())["cells"]
+    tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"{nb.name} must have exactly one cell tagged 'parameters'"
+    src = "".join(tagged[0]["source"])
+    assert "PROFILE" in src and "SEED" in src, f"{nb.name}: the parameters cell must set PROFILE and SEED"
+    for i, cell in enumerate(cells):
+        for output in cell.get("outputs", []) or []:
+            assert output.get("output_type") != "error", f"{nb.name} cell {i} holds a stored error output"
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                assert "Traceback" not in "".join(output.get("text", "")), f"{nb.name} cell {i}: traceback in stderr"
+
+
+def test_every_chapter_is_in_the_toc():
+    toc = (REPO / "_toc.yml").read_text()
+    missing = [nb.stem for nb in CHAPTERS if f"book/{nb.stem}" not in toc]
+    assert not missing, f"chapters missing from _toc.yml: {missing}"

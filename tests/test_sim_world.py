@@ -1,0 +1,97 @@
+import numpy as np
+import pytest
+
+from rlcurate.sim import SoftmaxWorld, group_gradient_estimate, policy_gradient
+from rlcurate.stats import get_objective, grpo_effective_weight
+
+
+@pytest.fixture(scope="module")
+def world():
+    return SoftmaxWorld.make(n_prompts=64, n_actions=6, n_correct=2, seed=3)
+
+
+def test_initial_pass_rates_are_the_drawn_ones():
+    p0 = np.linspace(0.01, 0.99, 10)
+    w = SoftmaxWorld.make(n_prompts=10, pass_rates=p0, seed=1)
+    assert np.allclose(w.pass_rates(w.init_theta()), p0)
+    with pytest.raises(ValueError, match="pass_rates"):
+        SoftmaxWorld.make(n_prompts=3, pass_rates=[0.5, 0.5])
+
+
+def test_probabilities_and_gradient_are_exact(world):
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=world.dim) * 0.5
+    pi = world.probs(theta)
+    assert np.allclose(pi.sum(1), 1)
+    g = world.grad_pass_rates(theta)
+    h = 1e-6
+    fd = np.stack([(world.pass_rates(theta + h * e) - world.pass_rates(theta - h * e)) / (2 * h)
+                   for e in np.eye(world.dim)], axis=1)
+    assert np.allclose(g, fd, atol=1e-8)
+    obj = get_objective("log", delta=1e-6)  # below the world's smallest pass rate: no clipping
+    gj = world.grad_objective(theta, obj)
+    fdj = np.array([(world.objective(theta + h * e, obj) - world.objective(theta - h * e, obj)) / (2 * h)
+                    for e in np.eye(world.dim)])
+    assert np.allclose(gj, fdj, atol=1e-6)
+
+
+def test_score_function_has_mean_zero_and_gives_grad_p(world):
+    theta = np.full(world.dim, 0.2)
+    pi = world.probs(theta, [5])[0]
+    scores = np.stack([world.score(theta, [5], [m])[0] for m in range(pi.size)])
+    assert np.allclose(pi @ scores, 0, atol=1e-12)
+    assert np.allclose((pi * world.correct) @ scores, world.grad_pass_rates(theta, [5])[0])
+
+
+def test_sampling_frequencies(world):
+    rng = np.random.default_rng(1)
+    theta = world.init_theta()
+    g = world.sample(theta, [0, 1, 2], [20_000, 0, 5], rng)
+    assert g.sizes.tolist() == [20_000, 0, 5] and g.n_rollouts == 20_005
+    p = world.pass_rates(theta, [0])[0]
+    assert g.rewards_of(0).mean() == pytest.approx(p, abs=4 * np.sqrt(p * (1 - p) / 20_000) + 1e-9)
+    assert [r.size for r in g.split_rewards()] == [20_000, 0, 5]
+
+
+def test_unbiased_baselined_estimator_and_exact_variance(world):
+    rng = np.random.default_rng(2)
+    theta = world.init_theta()
+    i = int(np.argmin(np.abs(world.pass_rates(theta) - 0.4)))
+    est = group_gradient_estimate(world, theta, i, n=4, rng=rng, reps=100_000)
+    g = world.grad_pass_rates(theta, [i])[0]
+    se = est.std(axis=0) / np.sqrt(est.shape[0])
+    assert np.all(np.abs(est.mean(axis=0) - g) < 5 * se + 1e-12)
+    measured = est.var(axis=0).sum()
+    predicted = world.baselined_score_variance(theta, [i])[0] / 4
+    assert measured == pytest.approx(predicted, rel=0.03)
+
+
+def test_expected_grpo_update_is_grpo_weight_times_grad_p(world):
+    rng = np.random.default_rng(5)
+    theta = world.init_theta()
+    i = int(np.argmin(np.abs(world.pass_rates(theta) - 0.3)))
+    G = 4
+    groups = world.sample(theta, np.full(100_000, i), G, rng)
+    est = policy_gradient(world, theta, groups, kind="grpo", ddof=0)
+    p = world.pass_rates(theta, [i])[0]
+    pred = grpo_effective_weight(p, G, ddof=0) * world.grad_pass_rates(theta, [i])[0]
+    assert np.allclose(est, pred, atol=0.03 * np.abs(pred).max())
+
+
+def test_hints_raise_pass_rates(world):
+    theta = world.init_theta()
+    p0 = world.pass_rates(theta)
+    p2 = world.pass_rates(theta, hint_level=2)
+    assert np.all(p2 > p0)
+
+
+def test_bad_input(world):
+    with pytest.raises(ValueError, match="theta"):
+        world.pass_rates(np.zeros(world.dim + 1))
+    with pytest.raises(ValueError, match="idx"):
+        world.pass_rates(world.init_theta(), [world.n_prompts])
+    with pytest.raises(ValueError, match="n"):
+        world.sample(world.init_theta(), [0], -1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="normalise"):
+        policy_gradient(world, world.init_theta(), world.sample(world.init_theta(), [0], 2, np.random.default_rng(0)),
+                        normalise="token")

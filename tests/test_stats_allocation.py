@@ -1,0 +1,119 @@
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlcurate.stats import (
+    allocation_variance,
+    continuous_allocation,
+    escalation_cost,
+    escalation_cost_from_coverage,
+    gvm_allocation,
+    optimal_allocation,
+    round_preserving_sum,
+    variance_coefficients,
+)
+
+
+@st.composite
+def allocation_problem(draw):
+    B = draw(st.integers(1, 4))
+    p = draw(st.lists(st.floats(0, 1), min_size=B, max_size=B))
+    n_min = draw(st.integers(0, 2))
+    n_max = draw(st.integers(max(n_min, 1), 6))
+    budget = draw(st.integers(B * n_min, B * n_max))
+    obj = draw(st.sampled_from(["linear", "log", "arcsin", "power"]))
+    return np.array(p), budget, obj, n_min, n_max
+
+
+@given(allocation_problem())
+@settings(max_examples=150, deadline=None)
+def test_optimal_allocation_is_exact_integer_optimum(problem):
+    p, budget, obj, n_min, n_max = problem
+    n = optimal_allocation(p, budget, obj, n_min=n_min, n_max=n_max)
+    assert n.sum() == budget and n.min() >= n_min and n.max() <= n_max
+    c = variance_coefficients(p, obj)
+    feasible = [m for m in itertools.product(range(n_min, n_max + 1), repeat=p.size)
+                if sum(m) == budget and all(mi > 0 or ci == 0 for mi, ci in zip(m, c))]
+    if feasible:
+        best = min(allocation_variance(c, np.array(m)) for m in feasible)
+        assert allocation_variance(c, n) == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_uniform_for_grpo_and_shapes_for_others():
+    p = np.array([0.05, 0.2, 0.5, 0.8, 0.95])
+    assert optimal_allocation(p, 40, "arcsin").tolist() == [8] * 5
+    assert optimal_allocation([0.5] * 4, 10, "arcsin").tolist() == [3, 3, 2, 2]
+    log = optimal_allocation(p, 400, "log")
+    assert np.all(np.diff(log) < 0)  # harder prompts get more
+    lin = optimal_allocation(p, 400, "linear")
+    assert lin.argmax() == 2  # p = 1/2 is the noisiest under the linear objective
+
+
+def test_proportional_to_lagrange_solution_for_large_budgets():
+    p = np.array([0.1, 0.3, 0.6])
+    n = optimal_allocation(p, 30_000, "log", n_min=0)
+    target = np.sqrt((1 - p) / p)
+    assert np.allclose(n / n.sum(), target / target.sum(), atol=1e-3)
+
+
+def test_bounds_errors_name_the_problem():
+    with pytest.raises(ValueError, match="below n_min"):
+        optimal_allocation([0.5, 0.5], 3, n_min=2)
+    with pytest.raises(ValueError, match="exceeds n_max"):
+        optimal_allocation([0.5, 0.5], 30, n_max=4)
+    with pytest.raises(ValueError, match="budget"):
+        optimal_allocation([0.5], -1)
+    with pytest.raises(ValueError, match="n_max"):
+        optimal_allocation([0.5], 4, n_min=3, n_max=2)
+    with pytest.raises(ValueError, match="p"):
+        optimal_allocation([0.5, float("nan")], 4)
+
+
+def test_continuous_allocation_respects_bounds():
+    c = np.array([1.0, 100.0, 0.0, 4.0])
+    n = continuous_allocation(c, 40, n_min=1, n_max=20)
+    assert n.sum() == pytest.approx(40) and n.min() >= 1 - 1e-9 and n.max() <= 20 + 1e-9
+
+
+def test_round_preserving_sum():
+    assert round_preserving_sum([0.5, 0.5, 1.0], 2).sum() == 2
+    assert round_preserving_sum([1.2, 2.7, 3.1]).tolist() == [1, 3, 3]
+
+
+def test_gvm_allocation():
+    n = gvm_allocation([0.0, 0.1, 0.5, 0.9], [1.0, 1.0, 1.0, 0.0], 100)
+    assert n.sum() == 100 and n[0] == 0 and n[3] == 0 and n[1] > n[2]
+    s = 1 / np.sqrt(np.array([0.1, 0.5]) + 1e-3 / np.array([0.1, 0.5]))
+    assert n[1] / n[2] == pytest.approx(s[0] / s[1], rel=0.05)
+    with pytest.raises(ValueError, match="p > 0"):
+        gvm_allocation([0.0], [1.0], 10)
+
+
+def test_escalation_cost_recomputes_a_worked_example():
+    out = escalation_cost_from_coverage([0.627, 0.796, 0.813], (4, 32, 256))
+    assert out["expected_cost"] == pytest.approx(4 + 0.373 * 28 + 0.204 * 224)
+    assert out["never_solved"] == pytest.approx(0.187)
+    assert np.allclose(out["first_solved_at_tier"], [0.627, 0.169, 0.017])
+    fresh = escalation_cost_from_coverage([0.627, 0.796, 0.813], (4, 32, 256), reuse=False)
+    assert fresh["expected_cost"] == pytest.approx(4 + 0.373 * 32 + 0.204 * 256)
+
+
+def test_escalation_cost_from_pass_rates_monte_carlo():
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.3, 2.0, size=2000)
+    out = escalation_cost(p, (4, 32, 256))
+    costs = []
+    for q in p[:2000]:
+        draws = rng.random(256) < q
+        if draws[:4].any():
+            costs.append(4)
+        elif draws[:32].any():
+            costs.append(32)
+        else:
+            costs.append(256)
+    assert np.mean(costs) == pytest.approx(out["expected_cost"], rel=0.08)
+    with pytest.raises(ValueError, match="increasing"):
+        escalation_cost(p, (4, 4))
