@@ -189,6 +189,16 @@ class SoftmaxWorld:
         w = get_objective(objective).weight(self.pass_rates(theta, i))
         return (w[:, None] * self.grad_pass_rates(theta, i)).mean(axis=0)
 
+    def score_sq_norm(self, theta, idx=None, hint_level=0.0) -> np.ndarray:
+        """S_i = E_a ||grad log pi(a | x_i)||^2, the mean squared norm of the score, exact (chapters 1, 3).
+
+        It is the factor that the textbook variance sigma^2 ~ p (1 - p) S assumes equal across prompts."""
+        i = self._idx(idx)
+        pi = self.probs(theta, i, hint_level)
+        phi = self.features[i]
+        phibar = np.einsum("bm,bmd->bd", pi, phi)
+        return np.einsum("bm,bmd->b", pi, (phi - phibar[:, None, :]) ** 2)
+
     def baselined_score_variance(self, theta, idx=None, baseline=None) -> np.ndarray:
         """sigma_g^2(x_i) = E||(r - b) grad log pi||^2 - ||grad p_i||^2, the trace of the covariance of
         one baselined rollout's gradient, exact (chapter 3). ``baseline`` defaults to p_i."""

@@ -60,6 +60,7 @@ from rlcurate.stats.objectives import (
     OBJECTIVES,
     Objective,
     clip_pass_rate,
+    effective_weight,
     get_objective,
     grpo_effective_weight,
     smooth_pass_rate,

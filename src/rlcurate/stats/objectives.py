@@ -38,6 +38,7 @@ __all__ = [
     "clip_pass_rate",
     "smooth_pass_rate",
     "grpo_effective_weight",
+    "effective_weight",
 ]
 
 DEFAULT_DELTA = 1e-3
@@ -178,4 +179,40 @@ def grpo_effective_weight(p, G: int, eps: float = 1e-6, ddof: int = 0):
 
     pmf = binom_pmf(G - 1, p_arr)
     out = pmf @ adv(1, j) - pmf @ adv(0, j)
+    return float(out[0]) if np.ndim(p) == 0 else out.reshape(np.shape(p))
+
+
+def effective_weight(p, G: int, advantage: Callable[[np.ndarray], np.ndarray]):
+    """The exact weight w(p) that any group advantage rule puts on grad p at group size G (chapter 2).
+
+    ``advantage`` maps a batch of reward groups, an array of shape (m, G), to advantages of the same
+    shape, as the functions of :mod:`rlcurate.stats.advantages` do; it must treat the rollouts of a
+    group symmetrically. With binary rewards the expected group update (1/G) sum_i A_i grad log pi(a_i)
+    equals w(p) grad p with
+
+        w(p) = E[A_i | r_i = 1] - E[A_i | r_i = 0],
+
+    the expectation running over the other G - 1 rewards (Binomial(G - 1, p) successes), because a
+    rollout's score function has mean grad p / p given r = 1 and -grad p / (1 - p) given r = 0.
+    Examples: ``standardised`` gives :func:`grpo_effective_weight`; ``rloo`` gives 1 (unbiased for the
+    linear objective); ``centred`` gives (G - 1) / G; A_i = r_i / p_hat (RAFT averaged over the
+    accepted samples) gives (1 - (1 - p)^G) / p, i.e. pass@G / p.
+    """
+    p_arr = np.atleast_1d(as_probability(p, "p"))
+    G = as_int(G, "G", minimum=1)
+    if not callable(advantage):
+        raise ValueError(f"advantage must be a callable on reward groups, got {advantage!r}")
+    j = np.arange(G)  # successes among the other G - 1 rollouts
+    others = (np.arange(G - 1)[None, :] < j[:, None]).astype(float)  # (G, G - 1): j ones, then zeros
+    adv = []
+    for own in (0.0, 1.0):
+        groups = np.concatenate([np.full((G, 1), own), others], axis=1)
+        a = np.asarray(advantage(groups), dtype=float)
+        if a.shape != groups.shape:
+            raise ValueError(f"advantage must return an array of shape {groups.shape}, got {a.shape}")
+        if not np.isfinite(a).all():
+            raise ValueError("advantage returned NaN or infinity on a group of binary rewards")
+        adv.append(a[:, 0])
+    pmf = binom_pmf(G - 1, p_arr)
+    out = pmf @ (adv[1] - adv[0])
     return float(out[0]) if np.ndim(p) == 0 else out.reshape(np.shape(p))

@@ -1,0 +1,24 @@
+"""Checks on the values recorded by book/01_gate.ipynb (run in the smoke profile)."""
+
+import math
+
+
+def check(records):
+    assert records["gate_max_G8"] == 1 - 2 ** -7
+    assert math.isclose(records["u_at_Gp1_G8"], 1 - (7 / 8) ** 8 - (1 / 8) ** 8, rel_tol=1e-12)
+    assert records["gate_mc_worst_z"] < 5
+    # the source's sum, and the corrected expected cost of the 4 -> 32 -> 256 schedule
+    assert math.isclose(records["seed_escalation_naive"], 4 * 0.627 + 32 * 0.169 + 256 * 0.017, rel_tol=1e-9)
+    assert math.isclose(records["escalation_cost_reuse"], 4 + 0.373 * 28 + 0.204 * 224, rel_tol=1e-9)
+    assert math.isclose(records["escalation_cost_no_reuse"], 4 + 0.373 * 32 + 0.204 * 256, rel_tol=1e-9)
+    assert math.isclose(records["escalation_cost_ratio"], 60.14 / 256, rel_tol=1e-6)
+    assert math.isclose(records["never_solved_budget_share"], 0.187 * 256 / 60.14, rel_tol=1e-6)
+    fit = records["fit_population"]
+    assert abs(fit["pi0"] - 0.186) < 0.002 and abs(fit["a"] - 1.348) < 0.01 and abs(fit["b"] - 1.873) < 0.01
+    esc = records["world_escalation"]
+    assert abs(esc["simulated"] - esc["predicted"]) < 5 * esc["se"]
+    best = records["best_G"]
+    assert best["max_abs_z"] < 5
+    assert 1 + math.sqrt(2) - 1e-9 <= best["G_star"] < 6      # G* >= 1 + sqrt(2) always
+    assert best["grid_best"] in (2, 3, 4)
+    assert 1 + math.sqrt(2) - 1e-9 <= best["G_star_fitted_population"] < 6
