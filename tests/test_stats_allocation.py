@@ -117,3 +117,10 @@ def test_escalation_cost_from_pass_rates_monte_carlo():
     assert np.mean(costs) == pytest.approx(out["expected_cost"], rel=0.08)
     with pytest.raises(ValueError, match="increasing"):
         escalation_cost(p, (4, 4))
+
+
+def test_denormal_pass_rates_still_get_their_first_rollout():
+    """Regression: a prompt with a tiny but positive c must not be left at 0 rollouts (infinite variance)."""
+    p = np.array([3.17e-295, 0.98, 5.0e-234, 7.2e-137])
+    n = optimal_allocation(p, 4, "linear", n_min=0, n_max=5)
+    assert n.tolist() == [1, 1, 1, 1]

@@ -121,8 +121,11 @@ def _greedy_prefix(c: np.ndarray, budget: int, n_min: int, n_max: int) -> np.nda
     t with sum n_i(t) <= budget, so the greedy loop has only the last few rollouts left to place and
     the result stays the exact greedy (hence optimal) allocation."""
     def n_at(t):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            k_bound = np.where(c > 0, (-1 + np.sqrt(1 + 4 * c / t)) / 2, -np.inf)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            x = 4 * c / t
+            # (-1 + sqrt(1 + x)) / 2 written without cancellation; a prompt with c > 0 always takes
+            # its first rollout (infinite gain), even when c is denormal.
+            k_bound = np.where(c > 0, np.maximum(x / (2 * (1 + np.sqrt(1 + x))), 1e-300), -np.inf)
         # number of integers k >= n_min with k < k_bound, capped at n_max - n_min
         count = np.clip(np.ceil(k_bound) - n_min, 0, n_max - n_min)
         return (n_min + count).astype(np.int64)

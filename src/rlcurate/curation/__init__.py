@@ -1,0 +1,9 @@
+"""Curation strategies (chapters 5-10): which prompts, how many rollouts, which samples to train on,
+with what weight. See :mod:`rlcurate.curation.base` for the interface and
+:mod:`rlcurate.curation.registry` for the names a training config uses."""
+
+from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
+from rlcurate.curation.registry import available, build_curator, register
+
+__all__ = ["Curator", "Group", "Processor", "Sampler", "Selector", "StepContext", "available",
+           "build_curator", "register"]

@@ -1,0 +1,248 @@
+"""The training configuration (chapter 5, *The GRPO loop*).
+
+One dataclass holds every knob of a run. Each field is documented by the string right below it; the
+same text is the ``--help`` of ``rlcurate train`` and appears in the saved ``config.json``. A run is
+described by a YAML file (``configs/NAME.yaml``) whose keys are field names, plus command-line
+overrides ``--set key=value`` (values parsed as YAML, so ``--set strategy_kwargs={k_pos: 2}`` works).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class TrainConfig:
+    # ---------------------------------------------------------------- what to train
+    model: str = "data/tiny/spread"
+    """Policy to start from: a local checkpoint directory, a Hugging Face Hub id such as
+    ``Qwen/Qwen2.5-0.5B-Instruct``, or ``smollm2`` for the offline SmolLM2-135M-Instruct."""
+    task: str = "arithmetic"
+    """Prompt source and verifier (``arithmetic``, ``gsm8k``, ``math500``, ``math_l3to5``, ``countdown``)."""
+    task_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of the task, e.g. ``{levels: [add2, add3], n_train: 2000}`` for arithmetic."""
+    strategy: str = "uniform"
+    """Curation strategy (chapters 6-10): ``uniform``, ``dapo``, ``prefilter``, ``ada_seq_balanced``,
+    ``ada_seq_positive``, ``ada_est``, ``gvm``, ``insight``, ``mopps``, ``expected_difficulty``,
+    ``inverse_evidence``, ``sage``, ``sage_light``, ``dro``; combine a selector with a sampler as
+    ``insight+ada_seq_balanced``."""
+    strategy_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of the strategy (its paper's defaults otherwise)."""
+    seed: int = 0
+    """Seeds selection, sampling and initialisation; the same seed gives the same run on CPU."""
+
+    # ---------------------------------------------------------------- batch and rollouts
+    steps: int = 100
+    """Optimizer steps (one batch of prompts each, unless ``update_epochs`` or ``minibatches`` > 1)."""
+    prompts_per_step: int = 16
+    """B: prompts trained on per step."""
+    group_size: int = 8
+    """n (G): rollouts per prompt in a training group."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts (the training log-probabilities use the same)."""
+    top_p: float = 1.0
+    """Nucleus sampling of the rollouts (1.0: the whole vocabulary)."""
+    max_new_tokens: int = 32
+    """Longest completion in tokens."""
+    gen_token_budget: int = 16384
+    """Tokens (prompt + completion) per generation batch: bounds memory of the rollout engine."""
+
+    # ---------------------------------------------------------------- the loss
+    advantage: str = "grpo"
+    """``grpo`` (r - mean)/(std + eps); ``drgrpo`` r - mean (or r - p_hat of a strategy's pool);
+    ``rloo`` leave-one-out."""
+    adv_eps: float = 1e-6
+    """eps of the standardised advantage."""
+    loss_agg: str = "token-mean"
+    """``token-mean`` (DAPO: all tokens of the batch weigh the same), ``seq-mean-token-mean`` (GRPO:
+    mean over a sequence, then over sequences), ``seq-mean-token-sum-norm`` (Dr. GRPO: token sums
+    divided by ``max_new_tokens``, then the mean over sequences)."""
+    clip_low: float = 0.2
+    """PPO clip below: the ratio is kept above 1 - clip_low for negative-advantage tokens."""
+    clip_high: float = 0.28
+    """PPO clip above (DAPO's clip-higher): the ratio is kept below 1 + clip_high."""
+    kl_coef: float = 0.0
+    """Weight of the k3 estimate of KL(pi || pi_ref) in the loss; 0 disables the reference model."""
+    update_epochs: int = 1
+    """Passes over each batch (PPO epochs); > 1 uses the stored old log-probabilities."""
+    minibatches: int = 1
+    """Optimizer steps per pass over a batch."""
+    micro_batch_tokens: int = 16384
+    """Tokens per forward/backward micro-batch (gradient accumulation); bounds training memory."""
+
+    # ---------------------------------------------------------------- the optimizer
+    lr: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple = (0.9, 0.99)
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up."""
+    lr_schedule: str = "constant"
+    """``constant`` or ``cosine`` (to 10% of ``lr``) after the warm-up."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm (0 disables)."""
+
+    # ---------------------------------------------------------------- evaluation and logging
+    eval_every: int = 10
+    """Held-out evaluation every this many steps (and at the start and the end); 0 disables."""
+    eval_prompts: int = 128
+    """Held-out prompts per evaluation (the first ones of the test split)."""
+    eval_samples: int = 4
+    """Samples per held-out prompt; accuracy is their mean reward (mean@k at ``temperature``)."""
+    eval_temperature: float = 1.0
+    """Temperature of the held-out samples."""
+
+    # ---------------------------------------------------------------- where and how
+    out_dir: str = "runs/default"
+    """Where ``config.json``, ``metrics.jsonl``, the checkpoint and the final model go."""
+    checkpoint_every: int = 10
+    """Save the whole training state every this many steps (0: only at the end)."""
+    resume: bool = True
+    """Continue from ``out_dir/checkpoint`` when it exists."""
+    device: str = "auto"
+    """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
+    dtype: str = "auto"
+    """``auto``: bf16 autocast on CUDA (fp32 weights and optimizer), fp32 on CPU; or ``fp32``."""
+    threads: int = 0
+    """torch CPU threads (0: leave torch's default)."""
+    save_model: bool = True
+    """Write the final policy as a Hugging Face checkpoint to ``out_dir/final``."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self):
+        self.validate()
+
+    # ------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        positive_int = ["steps", "prompts_per_step", "group_size", "max_new_tokens", "gen_token_budget",
+                        "update_epochs", "minibatches", "micro_batch_tokens", "eval_prompts", "eval_samples"]
+        for name in positive_int:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ["eval_every", "checkpoint_every", "warmup_steps", "seed", "threads"]:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        for name in ["temperature", "eval_temperature"]:
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name} must be > 0 (RL needs sampling), got {v!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        for name in ["lr", "adv_eps"]:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ["clip_low", "clip_high", "kl_coef", "weight_decay", "grad_clip"]:
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        choices = {"advantage": ("grpo", "drgrpo", "rloo"),
+                   "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+                   "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),
+                   "dtype": ("auto", "fp32", "bf16")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        for name in ["task_kwargs", "strategy_kwargs"]:
+            if not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} must be a mapping, got {getattr(self, name)!r}")
+        self.betas = tuple(self.betas)
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "TrainConfig":
+        """Build from a mapping, rejecting unknown keys with the list of known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        clean = {}
+        for k, v in data.items():
+            clean[k] = _coerce(k, types[k], v, source)
+        return cls(**clean)
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
+        """Read a YAML file and apply ``key=value`` overrides (values parsed as YAML)."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"config file not found: {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: the config must be a mapping of keys to values")
+        return cls.from_dict(apply_overrides(data, overrides or []), source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def _coerce(name: str, kind: str, value, source: str):
+    """YAML reads ``3e-4`` as a string and ``1`` as an int; turn them into the field's type."""
+    if kind == "float" and not isinstance(value, bool):
+        if isinstance(value, int):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError(f"{source}: {name} must be a number, got {value!r}") from None
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind == "bool" and not isinstance(value, bool):
+        raise ValueError(f"{source}: {name} must be true or false, got {value!r}")
+    if kind == "str" and not isinstance(value, str):
+        raise ValueError(f"{source}: {name} must be a string, got {value!r}")
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` strings; ``a.b=v`` sets a key inside a mapping field."""
+    out = dict(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override must look like key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"override {item!r}: cannot parse the value: {exc}") from exc
+        if "." in key:
+            head, sub = key.split(".", 1)
+            inner = dict(out.get(head) or {})
+            inner[sub] = value
+            out[head] = inner
+        else:
+            out[key] = value
+    return out
+
+
+def field_docs(cls=TrainConfig) -> dict[str, str]:
+    """The docstring written under each field of a dataclass (for ``--help`` and the docs)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs

@@ -1,0 +1,167 @@
+"""The GRPO loss on token sequences (chapter 5, *The GRPO loop*).
+
+For completion tokens a_t with advantage A (one per completion, times the group weight), ratio
+rho_t = pi_theta(a_t | ...) / pi_old(a_t | ...), and a per-token weight c_t,
+
+    l_t = c_t * max(-A rho_t, -A clip(rho_t, 1 - eps_low, 1 + eps_high))  +  beta * k3_t,
+    k3_t = exp(q_t) - q_t - 1,   q_t = log pi_ref(a_t) - log pi_theta(a_t)      (Schulman's k3),
+
+and the loss is sum_t kappa_t l_t, where kappa_t sets the aggregation:
+
+- ``token-mean`` (DAPO): kappa = 1 / (tokens in the batch);
+- ``seq-mean-token-mean`` (GRPO): kappa = 1 / (len(seq) * sequences);
+- ``seq-mean-token-sum-norm`` (Dr. GRPO): kappa = 1 / (max_new_tokens * sequences).
+
+Writing the aggregation as a per-token coefficient makes gradient accumulation over micro-batches
+exact: each micro-batch adds its share of one global sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["TrainSample", "aggregation_coefficients", "forward_logprobs", "policy_loss",
+           "plan_micro_batches"]
+
+
+@dataclass
+class TrainSample:
+    """One completion to train on."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    token_weights: np.ndarray | None = None
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    coef: torch.Tensor | None = None  # kappa_t per token, set by aggregation_coefficients
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def aggregation_coefficients(samples: Sequence[TrainSample], mode: str, max_new_tokens: int,
+                             n_total_tokens: int | None = None, n_total_seqs: int | None = None) -> None:
+    """Set ``sample.coef`` (kappa_t for each completion token) for the aggregation ``mode``.
+
+    ``n_total_tokens``/``n_total_seqs`` are the batch totals, which may include samples that are not
+    in ``samples`` (zero-advantage samples the trainer skips still count in the mean).
+    """
+    tokens = n_total_tokens if n_total_tokens is not None else sum(len(s.completion_ids) for s in samples)
+    seqs = n_total_seqs if n_total_seqs is not None else len(samples)
+    for s in samples:
+        L = len(s.completion_ids)
+        if mode == "token-mean":
+            c = 1.0 / max(tokens, 1)
+        elif mode == "seq-mean-token-mean":
+            c = 1.0 / (max(L, 1) * max(seqs, 1))
+        elif mode == "seq-mean-token-sum-norm":
+            c = 1.0 / (max_new_tokens * max(seqs, 1))
+        else:
+            raise ValueError(f"loss_agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm, got {mode!r}")
+        s.coef = torch.full((L,), c, dtype=torch.float32)
+
+
+def plan_micro_batches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
+    """Group sample indices so that (rows x longest row) <= ``token_budget`` per micro-batch; samples
+    are taken longest first so that padding stays small. A sample longer than the budget gets its own
+    micro-batch."""
+    order = sorted(range(len(samples)), key=lambda i: (-samples[i].length, i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        L = samples[i].length
+        if current and max(longest, L) * (len(current) + 1) > token_budget:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, L)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
+                     with_entropy: bool = False):
+    """Log-probabilities of each sample's completion tokens under ``model`` at ``temperature``.
+
+    Sequences are left-padded so that every completion ends at the last position; only the logits of
+    the last (longest completion + 1) positions are computed (``logits_to_keep``), which matters for
+    150k-token vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where
+    row r's completion occupies the last len_r columns.
+    """
+    device = next(model.parameters()).device
+    seqs = [s.prompt_ids + s.completion_ids for s in samples]
+    T = max(len(x) for x in seqs)
+    Lc = max(len(s.completion_ids) for s in samples)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), T), dtype=torch.long)
+    comp_mask = torch.zeros((len(seqs), Lc), dtype=torch.bool)
+    for r, (x, s) in enumerate(zip(seqs, samples)):
+        ids[r, T - len(x):] = torch.tensor(x)
+        attn[r, T - len(x):] = 1
+        comp_mask[r, Lc - len(s.completion_ids):] = True
+    ids, attn, comp_mask = ids.to(device), attn.to(device), comp_mask.to(device)
+    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=Lc + 1,
+                use_cache=False)
+    logits = out.logits[:, :-1, :].float() / temperature  # predicts the last Lc tokens
+    targets = ids[:, T - Lc:]
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, comp_mask, entropy
+
+
+def _pad_right_aligned(values: Sequence[torch.Tensor], Lc: int, device) -> torch.Tensor:
+    out = torch.zeros((len(values), Lc), dtype=torch.float32, device=device)
+    for r, v in enumerate(values):
+        if v is not None and len(v):
+            out[r, Lc - len(v):] = torch.as_tensor(v, dtype=torch.float32, device=device)
+    return out
+
+
+def policy_loss(logp: torch.Tensor, mask: torch.Tensor, samples: Sequence[TrainSample], clip_low: float,
+                clip_high: float, kl_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped-surrogate loss of one micro-batch (its share of the global sum) and statistics."""
+    device = logp.device
+    Lc = logp.shape[1]
+    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device)[:, None]
+    coef = _pad_right_aligned([s.coef for s in samples], Lc, device)
+    tw = _pad_right_aligned([np.ones(len(s.completion_ids)) if s.token_weights is None else s.token_weights
+                             for s in samples], Lc, device)
+    if all(s.old_logprobs is not None for s in samples):
+        old = _pad_right_aligned([s.old_logprobs for s in samples], Lc, device)
+    else:
+        old = logp.detach()
+    maskf = mask.float()
+    log_ratio = (logp - old) * maskf
+    ratio = torch.exp(log_ratio)
+    pg1 = -adv * ratio
+    pg2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg = torch.maximum(pg1, pg2)
+    per_token = pg * tw
+    stats: dict[str, float] = {}
+    if kl_coef > 0:
+        ref = _pad_right_aligned([s.ref_logprobs for s in samples], Lc, device)
+        q = (ref - logp) * maskf
+        k3 = torch.exp(q) - q - 1.0
+        per_token = per_token + kl_coef * k3
+        stats["kl_ref_sum"] = float((k3.detach() * maskf).sum())
+    loss = (per_token * coef * maskf).sum()
+    n_tok = float(maskf.sum())
+    with torch.no_grad():
+        stats["clipped_sum"] = float((((pg2 > pg1) & mask)).float().sum())
+        stats["approx_kl_sum"] = float((0.5 * log_ratio**2 * maskf).sum())
+        stats["tokens"] = n_tok
+    return loss, stats

@@ -1,0 +1,442 @@
+"""The GRPO trainer (chapter 5, *The GRPO loop*). It reads top to bottom like the algorithm:
+
+    for each step:
+        1. select prompts                     curator.select
+        2. sample rollouts, score them        curator.rollout   (the engine, the verifier)
+        3. keep / downsample / reweight       curator.process
+        4. advantages                         rlcurate.stats.advantages (+ a pool baseline, weights)
+        5. loss and optimizer step            rlcurate.train.loss
+        6. update the curator's beliefs       curator.observe
+        7. log metrics; evaluate; checkpoint
+
+The trainer does not know which curation strategy runs. Compute is accounted at every step and
+cumulatively: rollouts and tokens generated (kept or not), tokens trained, generation and training
+wall time. A checkpoint holds the whole state (model, optimizer, scheduler, curator, data order,
+metrics position), and all randomness of a step is derived from (seed, step), so a resumed run
+reproduces the metrics of an uninterrupted one exactly on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcurate.curation.base import Curator, Group, StepContext
+from rlcurate.stats.advantages import centred, rloo, standardised
+from rlcurate.train.config import TrainConfig
+from rlcurate.train.loss import TrainSample, aggregation_coefficients, forward_logprobs, plan_micro_batches, policy_loss
+
+TIMING_PREFIX = "time/"  # metrics that depend on the machine, not on the algorithm
+
+
+def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
+    """Advantages of one group (chapter 5): ``grpo`` standardised, ``drgrpo`` centred on the group mean
+    or on the pool baseline p_hat a strategy supplies, ``rloo`` leave-one-out; times the group weight.
+
+    With a pool baseline, ``grpo`` standardises with the pool's mean and std (verl's global-stat
+    estimate in Reinforce-Ada), clamping the std at ``eps``.
+    """
+    r = group.rewards
+    if r.size == 0:
+        return r
+    if kind == "grpo":
+        if group.baseline is not None and group.pool_size:
+            p = group.baseline
+            n = group.pool_size
+            std = math.sqrt(max(p * (1 - p) * n / max(n - 1, 1), 0.0))
+            a = (r - p) / (max(std, eps) + eps) if n > 1 else np.zeros_like(r)
+        else:
+            a = standardised(r, eps=eps, ddof=1)
+    elif kind == "drgrpo":
+        a = centred(r, baseline=group.baseline)
+    elif kind == "rloo":
+        a = rloo(r)
+    else:
+        raise ValueError(f"advantage must be grpo, drgrpo or rloo, got {kind!r}")
+    return a * group.weight
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``; on resume it is cut back to the lines the checkpoint saw."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lines = 0
+        if path.exists():
+            self.lines = sum(1 for _ in path.open())
+
+    def truncate(self, lines: int) -> None:
+        kept = self.path.read_text().splitlines(keepends=True)[:lines] if self.path.exists() else []
+        self.path.write_text("".join(kept))
+        self.lines = len(kept)
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.lines += 1
+
+    def read(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.path.open()] if self.path.exists() else []
+
+
+class Trainer:
+    """GRPO with a pluggable curation strategy. ``Trainer(config).run()`` trains and returns a summary.
+
+    ``model``, ``tokenizer``, ``task`` and ``curator`` may be passed in (tests, notebooks); otherwise
+    they are built from the config.
+    """
+
+    def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, task=None,
+                 curator: Curator | None = None, ref_model=None):
+        self.config = config
+        self.out = Path(config.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        torch.manual_seed(config.seed)
+        self.device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available()
+                                   else ("cpu" if config.device == "auto" else config.device))
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device is 'cuda' but CUDA is not available on this machine")
+        use_bf16 = self.device.type == "cuda" and config.dtype in ("auto", "bf16")
+        if config.dtype == "bf16" and self.device.type != "cuda":
+            raise ValueError("dtype bf16 needs CUDA; use fp32 or auto on CPU")
+        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else nullcontext
+
+        # ---------------------------------------------------------------- task, model, engine
+        if task is None:
+            from rlcurate.tasks.registry import get_task
+
+            task = get_task(config.task, **config.task_kwargs)
+        self.task = task
+        self.train_problems = task.problems("train")
+        self.test_problems = task.problems("test")[: config.eval_prompts]
+        if not self.train_problems:
+            raise ValueError(f"task {config.task!r} has no training problems")
+        if model is None or tokenizer is None:
+            from rlcurate.models import load_policy
+
+            model, tokenizer = load_policy(config.model, device=str(self.device), dtype="fp32")
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.ref_model = None
+        if config.kl_coef > 0:
+            import copy
+
+            self.ref_model = (ref_model or copy.deepcopy(self.model)).to(self.device).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        from rlcurate.rollout import SamplingParams, TransformersEngine
+
+        self.engine = TransformersEngine(self.model, tokenizer, token_budget=config.gen_token_budget)
+        self.sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                                       max_new_tokens=config.max_new_tokens)
+        self.eval_sampling = SamplingParams(temperature=config.eval_temperature, top_p=1.0,
+                                            max_new_tokens=config.max_new_tokens)
+        self._rendered: dict[tuple[str, str | None], str] = {}
+
+        # ---------------------------------------------------------------- curator, optimizer
+        if curator is None:
+            from rlcurate.curation import build_curator
+
+            curator = build_curator(config.strategy, **config.strategy_kwargs)
+        self.curator = curator
+        self.curator.bind(len(self.train_problems), config.seed)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
+                                           weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+
+        # ---------------------------------------------------------------- logs and resume
+        self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self.step = 0
+        self.totals = {"rollouts": 0, "generated_tokens": 0, "trained_tokens": 0, "trained_samples": 0,
+                       "time/generate": 0.0, "time/train": 0.0, "time/eval": 0.0}
+        config.save(self.out / "config.json")
+        if config.resume and ((self.out / "checkpoint").exists() or (self.out / "checkpoint.old").exists()):
+            self.load_checkpoint()
+        else:
+            self.metrics.truncate(0)
+
+    # ------------------------------------------------------------------ schedule
+    def _lr_factor(self, step: int) -> float:
+        c = self.config
+        if c.warmup_steps and step < c.warmup_steps:
+            return (step + 1) / c.warmup_steps
+        if c.lr_schedule == "cosine":
+            span = max(c.steps - c.warmup_steps, 1)
+            progress = min((step - c.warmup_steps) / span, 1.0)
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+        return 1.0
+
+    def _render(self, problem, hint):
+        key = (problem.uid, hint)
+        if key not in self._rendered:
+            self._rendered[key] = self.task.render(problem, self.tokenizer, hint=hint)
+        return self._rendered[key]
+
+    # ------------------------------------------------------------------ one step
+    def context(self, step: int) -> StepContext:
+        c = self.config
+        return StepContext(step=step, seed=c.seed, problems=self.train_problems, task=self.task,
+                           tokenizer=self.tokenizer, engine=self.engine, sampling=self.sampling,
+                           group_size=c.group_size, prompts_per_step=c.prompts_per_step,
+                           policy=self.model, render=self._render, grad_norms=self._grad_norms)
+
+    def _grad_norms(self, group: Group) -> np.ndarray:
+        """GVM's per-completion gradient norms on the policy (chapter 3)."""
+        from rlcurate.curation.gvm import lm_grad_norms
+
+        return lm_grad_norms(self.model, self.engine.encode([group.prompt])[0], group.completions)
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        c = self.config
+        ctx = self.context(step)
+        t0 = time.perf_counter()
+        # 1-3. select, sample and curate
+        indices = self.curator.select(ctx)
+        with self.autocast():
+            sampled = self.curator.rollout(ctx, indices)
+        groups = self.curator.process(ctx, sampled)
+        t_gen = time.perf_counter()
+        # 4. advantages
+        samples: list[TrainSample] = []
+        n_tokens_total = 0
+        for g in groups:
+            adv = group_advantages(g, c.advantage, c.adv_eps)
+            prompt_ids = self.engine.encode([g.prompt])[0]
+            for k, comp in enumerate(g.completions):
+                if not comp.token_ids:
+                    continue
+                n_tokens_total += len(comp.token_ids)
+                tw = None if g.token_weights is None else np.asarray(g.token_weights[k], dtype=float)
+                samples.append(TrainSample(prompt_ids, list(comp.token_ids), float(adv[k]), tw))
+        n_seqs_total = len(samples)
+        aggregation_coefficients(samples, c.loss_agg, c.max_new_tokens, n_tokens_total, n_seqs_total)
+        # Samples with zero advantage add nothing to the policy-gradient term: skip their forward and
+        # backward unless a KL term needs them (they still count in the loss normaliser above).
+        active = samples if c.kl_coef > 0 else [s for s in samples if s.advantage != 0.0]
+        # 5. loss and optimizer step(s)
+        stats = self._update(active)
+        t_train = time.perf_counter()
+        # 6. curator update
+        self.curator.observe(ctx, groups)
+        # 7. metrics
+        rewards_sampled = np.concatenate([g.rewards for g in sampled if g.size] or [np.zeros(0)])
+        sampled_nonempty = [g for g in sampled if g.size]
+        trained_tokens = sum(len(s.completion_ids) for s in active) * c.update_epochs
+        counters = ctx.counters
+        self.totals["rollouts"] += counters.rollouts
+        self.totals["generated_tokens"] += counters.generated_tokens
+        self.totals["trained_tokens"] += trained_tokens
+        self.totals["trained_samples"] += len(active)
+        self.totals["time/generate"] += t_gen - t0
+        self.totals["time/train"] += t_train - t_gen
+        record = {
+            "step": step + 1,
+            "reward_mean": float(rewards_sampled.mean()) if rewards_sampled.size else 0.0,
+            "effective_prompt_ratio": float(np.mean([g.mixed for g in sampled_nonempty])) if sampled_nonempty else 0.0,
+            "frac_all_right": float(np.mean([g.size > 0 and g.rewards.min() >= 1 for g in sampled_nonempty])) if sampled_nonempty else 0.0,
+            "frac_all_wrong": float(np.mean([g.size > 0 and g.rewards.max() <= 0 for g in sampled_nonempty])) if sampled_nonempty else 0.0,
+            "groups_trained": len(groups),
+            "groups_trained_mixed": int(sum(g.mixed for g in groups)),
+            "samples_trained": len(samples),
+            "samples_nonzero_adv": len(active),
+            "rollouts": counters.rollouts,
+            "generated_tokens": counters.generated_tokens,
+            "trained_tokens": trained_tokens,
+            "lr": float(self.scheduler.get_last_lr()[0]),
+            **stats,
+            **self.curator.metrics(),
+            **{f"total/{k}": v for k, v in self.totals.items() if not k.startswith(TIMING_PREFIX)},
+            "time/generate": t_gen - t0,
+            "time/train": t_train - t_gen,
+            **{f"time/total_{k.split('/')[1]}": v for k, v in self.totals.items() if k.startswith(TIMING_PREFIX)},
+        }
+        return record
+
+    def _update(self, samples: list[TrainSample]) -> dict[str, float]:
+        """Optimizer step(s) on ``samples``: ``update_epochs`` passes of ``minibatches`` steps each."""
+        c = self.config
+        out = {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "kl_ref": 0.0}
+        if not samples:  # every group was uniform: nothing to learn, but the schedule moves on
+            self.optimizer.step()
+            self.scheduler.step()
+            return out
+        self.model.train()
+        needs_old = c.update_epochs > 1 or c.minibatches > 1
+        with torch.no_grad(), self.autocast():
+            for mb in plan_micro_batches(samples, c.micro_batch_tokens):
+                batch = [samples[i] for i in mb]
+                if needs_old:
+                    logp, mask, _ = forward_logprobs(self.model, batch, c.temperature, self.pad_id)
+                    for r, s in enumerate(batch):
+                        s.old_logprobs = logp[r, mask[r]].float().cpu()
+                if self.ref_model is not None:
+                    logp, mask, _ = forward_logprobs(self.ref_model, batch, c.temperature, self.pad_id)
+                    for r, s in enumerate(batch):
+                        s.ref_logprobs = logp[r, mask[r]].float().cpu()
+        # each minibatch's coefficients were set for the whole batch; a minibatch step rescales them
+        rng = np.random.default_rng([c.seed, self.step, 29])
+        tot = {"loss": 0.0, "entropy_sum": 0.0, "tokens": 0.0, "clipped_sum": 0.0, "approx_kl_sum": 0.0,
+               "kl_ref_sum": 0.0}
+        norms = []
+        for epoch in range(c.update_epochs):
+            order = rng.permutation(len(samples)) if c.minibatches > 1 else np.arange(len(samples))
+            for chunk in np.array_split(order, c.minibatches):
+                if chunk.size == 0:
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                part = [samples[i] for i in chunk]
+                scale = c.minibatches  # each minibatch holds ~1/M of the batch's normaliser
+                for mb in plan_micro_batches(part, c.micro_batch_tokens):
+                    batch = [part[i] for i in mb]
+                    with self.autocast():
+                        logp, mask, ent = forward_logprobs(self.model, batch, c.temperature, self.pad_id,
+                                                           with_entropy=epoch == 0)
+                        loss, st = policy_loss(logp, mask, batch, c.clip_low, c.clip_high, c.kl_coef)
+                    (loss * scale).backward()
+                    tot["loss"] += float(loss.detach())
+                    if ent is not None:
+                        tot["entropy_sum"] += float((ent * mask).sum())
+                    tot["tokens"] += st["tokens"]
+                    tot["clipped_sum"] += st["clipped_sum"]
+                    tot["approx_kl_sum"] += st["approx_kl_sum"]
+                    tot["kl_ref_sum"] += st.get("kl_ref_sum", 0.0)
+                if c.grad_clip > 0:
+                    norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+                else:
+                    norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in self.model.parameters()
+                                          if p.grad is not None))
+                norms.append(float(norm))
+                self.optimizer.step()
+        self.scheduler.step()
+        first_epoch_tokens = sum(len(s.completion_ids) for s in samples)
+        out.update(loss=tot["loss"] / c.update_epochs, grad_norm=float(np.mean(norms)),
+                   entropy=tot["entropy_sum"] / max(first_epoch_tokens, 1),
+                   clip_frac=tot["clipped_sum"] / max(tot["tokens"], 1),
+                   approx_kl=tot["approx_kl_sum"] / max(tot["tokens"], 1),
+                   kl_ref=tot["kl_ref_sum"] / max(tot["tokens"], 1))
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Held-out accuracy: ``eval_samples`` samples per held-out prompt at ``eval_temperature``,
+        with the same seed at every evaluation (common random numbers make steps comparable)."""
+        c = self.config
+        t0 = time.perf_counter()
+        prompts = [self._render(p, None) for p in self.test_problems]
+        with self.autocast():
+            out = self.engine.generate(prompts, c.eval_samples, self.eval_sampling, seed=c.seed + 1_000_003)
+        R = np.array([[self.task.reward(p, comp.text).value for comp in comps]
+                      for p, comps in zip(self.test_problems, out)])
+        self.totals["time/eval"] += time.perf_counter() - t0
+        solved = (R >= 1).sum(axis=1)
+        return {"eval/accuracy": float(R.mean()),
+                "eval/pass_at_k": float((solved > 0).mean()),
+                "eval/mixed": float(((solved > 0) & (solved < R.shape[1])).mean()),
+                "eval/all_right": float((solved == R.shape[1]).mean()),
+                "eval/all_wrong": float((solved == 0).mean())}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> None:
+        """Write the whole state to ``out_dir/checkpoint`` atomically (tmp dir, then rename)."""
+        tmp = self.out / "checkpoint.tmp"
+        final = self.out / "checkpoint"
+        old = self.out / "checkpoint.old"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+        (tmp / "trainer.json").write_text(json.dumps({
+            "step": self.step, "metrics_lines": self.metrics.lines, "totals": self.totals,
+            "curator": self.curator.state_dict(), "config": self.config.to_dict()}, indent=1))
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self) -> None:
+        path = self.out / "checkpoint"
+        if not path.exists():
+            path = self.out / "checkpoint.old"  # killed between the two renames
+        meta = json.loads((path / "trainer.json").read_text())
+        state = torch.load(path / "state.pt", map_location=self.device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.curator.load_state_dict(meta["curator"])
+        self.step = int(meta["step"])
+        self.totals = meta["totals"]
+        self.metrics.truncate(int(meta["metrics_lines"]))
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict[str, Any]:
+        """Train until ``config.steps``; returns the final evaluation and totals."""
+        from tqdm.auto import tqdm
+
+        c = self.config
+        if self.step == 0 and self.metrics.lines == 0:
+            self._write_environment()
+            if c.eval_every:
+                self.metrics.write({"step": 0, **self.evaluate()})
+        bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress, desc="train", unit="step")
+        while self.step < c.steps:
+            t0 = time.perf_counter()
+            record = self.train_step(self.step)
+            self.step += 1
+            if c.eval_every and (self.step % c.eval_every == 0 or self.step == c.steps):
+                record.update(self.evaluate())
+            record["time/step"] = time.perf_counter() - t0
+            self.metrics.write(record)
+            bar.update(1)
+            bar.set_postfix(reward=f"{record['reward_mean']:.2f}", eff=f"{record['effective_prompt_ratio']:.2f}")
+            if c.checkpoint_every and self.step % c.checkpoint_every == 0 and self.step < c.steps:
+                self.save_checkpoint()
+        bar.close()
+        self.save_checkpoint()
+        if c.save_model:
+            self.model.save_pretrained(self.out / "final")
+            self.tokenizer.save_pretrained(self.out / "final")
+        evals = [r for r in self.metrics.read() if "eval/accuracy" in r]
+        summary = {"steps": self.step, "first_eval": evals[0] if evals else None,
+                   "final_eval": evals[-1] if evals else None, "totals": self.totals}
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return summary
+
+    def _write_environment(self) -> None:
+        import transformers
+
+        from rlcurate import __version__
+
+        env = {"rlcurate": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+               "numpy": np.__version__, "python": platform.python_version(), "platform": platform.platform(),
+               "device": str(self.device),
+               "gpu": torch.cuda.get_device_name(0) if self.device.type == "cuda" else None,
+               "threads": torch.get_num_threads(), "git_sha": _git_sha()}
+        (self.out / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
+
+
+def _git_sha() -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,297 @@
+"""Bayesian data selection (chapter 9): INSIGHT, MoPPS, expected difficulty, inverse evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate
+from scipy import stats as sps
+
+from rlcurate.curation import build_curator
+from rlcurate.curation.base import Group, StepContext
+from rlcurate.curation.sage import SageSampler
+from rlcurate.curation.selection import (
+    ExpectedDifficultySelector,
+    InsightSelector,
+    InverseEvidenceSelector,
+    MoPPSSelector,
+    group_evidence,
+)
+from rlcurate.sim.bridge import SimTrainer
+from rlcurate.sim.world import SoftmaxWorld
+from rlcurate.stats.beliefs import insight_score
+from rlcurate.tasks.base import Problem
+
+SELECTORS = ["insight", "mopps", "expected_difficulty", "inverse_evidence"]
+
+
+def ctx_for(step: int, M: int, K: int = 8, seed: int = 0) -> StepContext:
+    return StepContext(step=step, seed=seed, problems=[], task=None, tokenizer=None, engine=None, sampling=None,
+                       group_size=K, prompts_per_step=M)
+
+
+def group(index: int, rewards, hint_level: int = 0, pool=None) -> Group:
+    r = np.asarray(rewards, dtype=float)
+    g = Group(index=index, problem=Problem(uid=str(index), question="q", answer="a"), prompt="p",
+              completions=[None] * r.size, rewards=r, hint_level=hint_level)
+    if pool is not None:
+        g.pool_successes, g.pool_size = pool
+    return g
+
+
+def random_beliefs(sel, n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    sel.bind(n, seed=0)
+    sel.beliefs.alpha = rng.uniform(0.5, 20, n)
+    sel.beliefs.beta = rng.uniform(0.5, 20, n)
+
+
+# ---------------------------------------------------------------------------------------- INSIGHT
+def test_insight_picks_exactly_the_top_m_of_its_score_among_the_candidates():
+    sel = InsightSelector()
+    random_beliefs(sel, 500)
+    M, K = 8, 6
+    chosen = sel.select(ctx_for(3, M, K=K), M)
+    cand = sel.last_candidates
+    assert cand.size == 16 * M and np.unique(cand).size == cand.size  # M_hat = 16 M distinct prompts
+    score = insight_score(sel.beliefs.alpha[cand], sel.beliefs.beta[cand], K, 3.0, 0.3)
+    np.testing.assert_allclose(sel.last_scores, score, rtol=1e-12)
+    assert len(chosen) == M and set(chosen) <= set(cand.tolist())
+    best = set(cand[np.argsort(-score, kind="stable")[:M]].tolist())
+    assert set(chosen) == best
+    chosen_scores = score[np.isin(cand, chosen)]
+    assert chosen_scores.min() >= score[~np.isin(cand, chosen)].max()
+
+
+def test_candidates_come_from_the_step_generator_and_ties_are_a_seeded_uniform_choice():
+    a, b = InsightSelector(), InsightSelector()
+    a.bind(300, 0)
+    b.bind(300, 0)
+    # all beliefs equal the prior: every candidate ties, the first M of the seeded draw win
+    first = a.select(ctx_for(5, 4), 4)
+    assert first == a.last_candidates[:4].tolist()
+    assert first == b.select(ctx_for(5, 4), 4)  # same run seed and step: same choice
+    assert first != a.select(ctx_for(6, 4), 4)  # another step: another draw
+    # the choice is not biased to low pool indices
+    picks = np.concatenate([a.select(ctx_for(s, 4), 4) for s in range(200)])
+    assert 100 < picks.mean() < 200
+
+
+def test_candidate_set_is_the_whole_pool_when_the_pool_is_small():
+    sel = InsightSelector()
+    random_beliefs(sel, 40)
+    sel.select(ctx_for(0, 4), 4)
+    assert sorted(sel.last_candidates.tolist()) == list(range(40))
+    with pytest.raises(ValueError, match="distinct prompts"):
+        sel.select(ctx_for(0, 41), 41)
+
+
+# ---------------------------------------------------------------------------------------- beliefs
+@pytest.mark.parametrize("discount", [1.0, 0.5])
+def test_observe_is_the_conjugate_update_of_the_trained_prompts_only(discount):
+    sel = MoPPSSelector(discount=discount, evidence="trained")
+    sel.bind(10, 0)
+    sel.beliefs.alpha[:] = np.arange(1, 11)
+    sel.beliefs.beta[:] = 2.0
+    a0, b0 = sel.beliefs.alpha.copy(), sel.beliefs.beta.copy()
+    groups = [group(2, [1, 0, 1, 1]),              # S = 3 of 4
+              group(5, [0, 0, 0, 0, 0, 0]),        # S = 0 of 6
+              group(7, [1, 0.1, 0, 1]),            # graded: only rewards >= 1 are successes, S = 2
+              group(8, [0, 0, 0, 0], hint_level=2),             # hinted, no pool: not evidence
+              group(9, [1, 1, 1, 1], hint_level=1, pool=(0, 4))]  # hinted, unhinted pool 0 of 4
+    sel.observe(ctx_for(0, 4), groups)
+    lam = discount
+    expect = {2: (3, 4), 5: (0, 6), 7: (2, 4), 9: (0, 4)}
+    for i in range(10):
+        if i in expect:
+            S, K = expect[i]
+            assert sel.beliefs.alpha[i] == pytest.approx(lam * a0[i] + (1 - lam) * 1.0 + S)
+            assert sel.beliefs.beta[i] == pytest.approx(lam * b0[i] + (1 - lam) * 1.0 + K - S)
+        else:
+            assert sel.beliefs.alpha[i] == a0[i] and sel.beliefs.beta[i] == b0[i]
+
+
+def test_generated_evidence_counts_every_unhinted_group_of_the_step_once_per_prompt():
+    sel = InsightSelector(discount=0.5, evidence="generated")
+    sel.bind(6, 0)
+    sel.beliefs.alpha[:] = 3.0
+    ctx = ctx_for(0, 2)
+    ctx.generated_groups = [group(1, [1, 0, 0, 0]), group(1, [1, 1, 0, 0]),  # two rounds of prompt 1
+                            group(2, [0, 0, 0, 0]),                          # discarded later
+                            group(3, [1, 1, 1, 1], hint_level=2)]            # hinted: not evidence
+    sel.observe(ctx, [group(1, [1, 1, 0, 0])])  # what was trained does not matter here
+    assert sel.beliefs.alpha[1] == pytest.approx(0.5 * 3 + 0.5 + 3) and sel.beliefs.beta[1] == pytest.approx(1 + 5)
+    assert sel.beliefs.alpha[2] == pytest.approx(0.5 * 3 + 0.5) and sel.beliefs.beta[2] == pytest.approx(1 + 4)
+    assert sel.beliefs.alpha[3] == 3.0 and sel.beliefs.beta[3] == 1.0
+
+
+def test_group_evidence_prefers_pool_statistics():
+    assert group_evidence(group(0, [1, 0], pool=(5, 16))) == (5.0, 16.0)
+    assert group_evidence(group(0, [1, 0, 1])) == (2.0, 3.0)
+    assert group_evidence(group(0, [1, 0], hint_level=1)) is None
+
+
+# ---------------------------------------------------------------------------------------- MoPPS
+def test_mopps_selection_distribution_matches_the_thompson_probabilities():
+    """P(prompt i selected) = P(|phi_hat_i - 1/2| is the smallest), phi_hat_k ~ Beta(a_k, b_k)."""
+    ab = [(2.0, 8.0), (5.0, 5.0), (20.0, 2.0), (1.0, 1.0)]
+    sel = MoPPSSelector()
+    sel.bind(len(ab), 0)  # candidate set = the whole pool
+    sel.beliefs.alpha = np.array([a for a, _ in ab])
+    sel.beliefs.beta = np.array([b for _, b in ab])
+    dists = [sps.beta(a, b) for a, b in ab]
+
+    def p_within(k, d):  # P(|phi_k - 1/2| <= d)
+        return dists[k].cdf(0.5 + d) - dists[k].cdf(0.5 - d)
+
+    exact = []
+    for i in range(len(ab)):
+        dens = lambda d: (dists[i].pdf(0.5 + d) + dists[i].pdf(0.5 - d)) * np.prod(
+            [1 - p_within(k, d) for k in range(len(ab)) if k != i])
+        exact.append(integrate.quad(dens, 0, 0.5, limit=200)[0])
+    exact = np.array(exact)
+    assert exact.sum() == pytest.approx(1.0, abs=1e-6)
+    N = 4000
+    counts = np.bincount([sel.select(ctx_for(s, 1), 1)[0] for s in range(N)], minlength=len(ab))
+    freq = counts / N
+    tol = 4 * np.sqrt(exact * (1 - exact) / N) + 1e-3
+    assert np.all(np.abs(freq - exact) < tol), (freq, exact)
+
+
+# ---------------------------------------------------------------------------------------- baselines
+def test_expected_difficulty_and_inverse_evidence_rules():
+    ed = ExpectedDifficultySelector()
+    random_beliefs(ed, 400)
+    chosen = ed.select(ctx_for(0, 5), 5)
+    cand = ed.last_candidates
+    dist = np.abs(ed.beliefs.mean[cand] - 0.5)
+    assert sorted(np.abs(ed.beliefs.mean[chosen] - 0.5)) == pytest.approx(np.sort(dist)[:5])
+    ie = InverseEvidenceSelector()
+    random_beliefs(ie, 400)
+    chosen = ie.select(ctx_for(0, 5), 5)
+    ev = ie.beliefs.evidence[ie.last_candidates]
+    assert sorted(ie.beliefs.evidence[chosen]) == pytest.approx(np.sort(ev)[:5])
+
+
+def test_draw_during_a_step_extends_the_selection_without_repeats():
+    sel = InsightSelector()
+    random_beliefs(sel, 60)
+    ctx = ctx_for(0, 4)
+    first = sel.select(ctx, 4)
+    more = sel.draw(6)
+    assert len(more) == 6 and not set(first) & set(more)
+    sel.observe(ctx, [])
+    assert len(sel.draw(3)) == 3  # outside a step: the base epoch order
+
+
+def test_compositions_use_the_belief_selector():
+    cur = build_curator("insight+sage")
+    assert isinstance(cur.selector, InsightSelector) and isinstance(cur.sampler, SageSampler)
+    cur = build_curator("mopps", discount=0.5, candidate_factor=8)
+    assert cur.selector.discount == 0.5 and cur.selector.candidate_factor == 8
+
+
+# ---------------------------------------------------------------------------------------- simulated world
+def run_sim(name, world, steps, seed, **kw):
+    tr = SimTrainer(world, build_curator(name, **kw), prompts_per_step=8, group_size=8, seed=seed)
+    return tr, tr.run(steps)
+
+
+@pytest.mark.parametrize("name", SELECTORS)
+def test_state_round_trip_reproduces_the_run(name):
+    world = SoftmaxWorld.make(n_prompts=128, pass_rate_beta=(0.3, 0.3), seed=3)
+    _, full = run_sim(name, world, 10, seed=1)
+    first, part1 = run_sim(name, world, 5, seed=1)
+    state = json.loads(json.dumps(first.curator.state_dict()))  # checkpoints store it as JSON
+    again = SimTrainer(world, build_curator(name), prompts_per_step=8, group_size=8, seed=1, theta=first.theta)
+    again.curator.load_state_dict(state)
+    again.step, again.rollouts = first.step, first.rollouts
+    part2 = again.run(5)
+    assert part1.records[1:] + part2.records[1:] == full.records[1:]
+    assert np.array_equal(again.theta, full.theta)
+
+
+@pytest.mark.parametrize("name", ["insight", "mopps"])
+def test_belief_selection_raises_the_effective_prompt_ratio_on_a_saturated_world(name):
+    """With Beta(0.3, 0.3) initial pass rates most prompts sit near 0 or 1; uniform sampling wastes
+    most groups, belief selection learns to avoid them (3 seeds, 60 steps each)."""
+    def ratio(strategy):
+        out = []
+        for seed in range(3):
+            world = SoftmaxWorld.make(pass_rate_beta=(0.3, 0.3), seed=seed)
+            _, res = run_sim(strategy, world, 60, seed)
+            out.append(np.mean(res.column("effective_prompt_ratio")[1:]))
+        return float(np.mean(out))
+
+    base, ours = ratio("uniform"), ratio(name)
+    assert ours > base + 0.1, (name, ours, base)
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """The smoke runs use one torch thread (``threads=1``: far faster on a busy 2-core machine);
+    give the rest of the session its thread count back."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_generated_evidence_keeps_insight_with_dapo_from_reselecting_discarded_prompts():
+    """DAPO discards uniform groups; beliefs fed only the trained (mixed) groups never learn that a
+    saturated prompt is saturated, so INSIGHT keeps choosing it and DAPO keeps discarding it."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    try:
+        out = {}
+        for evidence in ["trained", "generated"]:
+            eff, rollouts = [], []
+            for seed in range(2):
+                world = SoftmaxWorld.make(pass_rate_beta=(0.3, 0.3), seed=seed)
+                cur = build_curator("insight+dapo", insight={"evidence": evidence}, dapo={})
+                res = SimTrainer(world, cur, prompts_per_step=8, group_size=8, seed=seed).run(40)
+                eff.append(np.mean(res.column("effective_prompt_ratio")[1:]))
+                rollouts.append(res.records[-1]["total_rollouts"])
+            out[evidence] = (np.mean(eff), np.mean(rollouts))
+    finally:
+        logging.disable(logging.NOTSET)
+    assert out["generated"][0] > out["trained"][0] + 0.2, out
+    assert out["generated"][1] < out["trained"][1], out
+
+
+# ---------------------------------------------------------------------------------------- tiny model
+def tiny_policy():
+    path = Path(__file__).resolve().parents[1] / "data" / "tiny" / "spread"
+    if (path / "config.json").is_file():
+        from rlcurate.models import load_policy
+
+        return load_policy(str(path), device="cpu", dtype="fp32")
+    from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+    return build_tiny_model(seed=0), build_tiny_tokenizer()
+
+
+@pytest.mark.parametrize("name", SELECTORS)
+def test_trainer_smoke(name, tmp_path):
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+    from rlcurate.train import Trainer
+    from rlcurate.train.config import TrainConfig
+
+    model, tok = tiny_policy()
+    cfg = TrainConfig(strategy=name, steps=2, prompts_per_step=4, group_size=4, max_new_tokens=24, eval_every=0,
+                      out_dir=str(tmp_path), progress=False, save_model=False, threads=1)
+    tr = Trainer(cfg, model=model, tokenizer=tok, task=ArithmeticTask(levels=["add2", "add3"], n_train=64, n_test=8))
+    tr.run()
+    recs = [r for r in tr.metrics.read() if "rollouts" in r]
+    assert [r["rollouts"] for r in recs] == [16, 16]
+    b = tr.curator.selector.beliefs
+    # beliefs hold exactly the evidence of the trained groups: 2 steps x 4 prompts x 4 rollouts
+    assert float((b.alpha + b.beta - 2.0).sum()) == pytest.approx(32.0)
+    assert int(((b.alpha + b.beta) > 2.0).sum()) <= 8
+    saved = json.loads((tmp_path / "checkpoint" / "trainer.json").read_text())["curator"]["selector"]["beliefs"]
+    assert saved["alpha"] == b.alpha.tolist()
