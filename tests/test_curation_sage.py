@@ -324,7 +324,7 @@ def test_sage_on_the_tiny_model_trains_on_the_hinted_prompt(tmp_path):
             # sampled from the prompt the trainer scores: log-probs are conditioned on the hint
             assert g.completions[0].prompt_token_ids == tr.engine.encode([g.prompt])[0]
             if g.hint_level:
-                assert "hint:\n" + task.hint(g.problem, g.hint_level) in g.prompt
+                assert task.hint(g.problem, g.hint_level) in g.prompt
                 assert g.generated == (g.hint_level + 1) * 4
             if g.hint_level < 3:
                 assert g.rewards.max() > 0 or g.hint_level == 0

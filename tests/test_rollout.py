@@ -360,3 +360,11 @@ def test_vllm_engine_maps_params_and_parses_outputs(monkeypatch):
     assert sp["include_stop_str_in_output"] and sp["repetition_penalty"] == 1.0
     assert [len(g) for g in out] == [2, 0]
     assert out[0][1].token_ids == [7, 9] and out[0][1].logprobs == [-0.5, -1.5] and out[0][1].sample_index == 1
+
+
+def test_prompt_seeds_do_not_collide_across_seed_and_index():
+    from rlcurate.rollout import prompt_seed
+
+    seeds = {prompt_seed(s, i) for s in range(64) for i in range(64)}
+    assert len(seeds) == 64 * 64
+    assert prompt_seed(0, 1) != prompt_seed(1, 0)

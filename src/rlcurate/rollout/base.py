@@ -166,13 +166,17 @@ def prompt_seed(seed: int, prompt_index: int) -> int:
     prompts get unrelated random streams and a prompt's samples do not depend on how requests are
     grouped. SplitMix64 mixing, as in :func:`rlcurate.rollout.sampling.uniforms`.
     """
-    x = seed & 0xFFFFFFFFFFFFFFFF
-    for v in (prompt_index, 0x5EED):
-        x = (x ^ v) & 0xFFFFFFFFFFFFFFFF
+    def mix(x: int) -> int:
         x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
         x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        x ^= x >> 31
+        return x ^ (x >> 31)
+
+    # Hash the seed before the index enters: XOR-ing them first would make (s, i) and (s ^ 1, i ^ 1)
+    # collide.
+    x = mix(seed & 0xFFFFFFFFFFFFFFFF)
+    x = mix(x ^ (prompt_index & 0xFFFFFFFFFFFFFFFF))
+    x = mix(x ^ 0x5EED)
     return x >> 1
 
 

@@ -43,6 +43,9 @@ class TrainConfig:
     # ---------------------------------------------------------------- batch and rollouts
     steps: int = 100
     """Optimizer steps (one batch of prompts each, unless ``update_epochs`` or ``minibatches`` > 1)."""
+    max_rollouts: int = 0
+    """Stop once this many rollouts were generated in total (0: no limit); with ``steps`` as an upper
+    bound, this compares strategies at equal sampling compute (chapter 10)."""
     prompts_per_step: int = 16
     """B: prompts trained on per step."""
     group_size: int = 8
@@ -133,7 +136,7 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ["eval_every", "checkpoint_every", "warmup_steps", "seed", "threads"]:
+        for name in ["eval_every", "checkpoint_every", "warmup_steps", "seed", "threads", "max_rollouts"]:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")

@@ -67,7 +67,13 @@ def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
 
 
 class MetricsLog:
-    """Append-only ``metrics.jsonl``; on resume it is cut back to the lines the checkpoint saw."""
+    """Append-only ``metrics.jsonl``; on resume it is cut back to the lines the checkpoint saw.
+
+    Every line is handed to the operating system at once (it survives a killed process); the file is
+    forced to disk (fsync) only when a checkpoint is saved (:meth:`sync`), which is all a resume needs:
+    lines written after the last checkpoint are cut on resume anyway. One fsync per step used to cost
+    a few percent of a tiny-model step (appendix A1).
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -83,9 +89,13 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
         self.lines += 1
+
+    def sync(self) -> None:
+        """Force the lines written so far to disk (called before a checkpoint records their number)."""
+        if self.path.exists():
+            with self.path.open("a") as f:
+                os.fsync(f.fileno())
 
     def read(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.path.open()] if self.path.exists() else []
@@ -155,8 +165,10 @@ class Trainer:
             curator = build_curator(config.strategy, **config.strategy_kwargs)
         self.curator = curator
         self.curator.bind(len(self.train_problems), config.seed)
+        # the fused AdamW kernel (one pass over all parameters; TRL's default too) where torch has it
+        fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
-                                           weight_decay=config.weight_decay)
+                                           weight_decay=config.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
 
         # ---------------------------------------------------------------- logs and resume
@@ -356,6 +368,7 @@ class Trainer:
         tmp = self.out / "checkpoint.tmp"
         final = self.out / "checkpoint"
         old = self.out / "checkpoint.old"
+        self.metrics.sync()  # the lines this checkpoint counts are on disk before it exists
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -396,17 +409,18 @@ class Trainer:
             if c.eval_every:
                 self.metrics.write({"step": 0, **self.evaluate()})
         bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress, desc="train", unit="step")
-        while self.step < c.steps:
+        while self.step < c.steps and not self._budget_spent():
             t0 = time.perf_counter()
             record = self.train_step(self.step)
             self.step += 1
-            if c.eval_every and (self.step % c.eval_every == 0 or self.step == c.steps):
+            last = self.step == c.steps or self._budget_spent()
+            if c.eval_every and (self.step % c.eval_every == 0 or last):
                 record.update(self.evaluate())
             record["time/step"] = time.perf_counter() - t0
             self.metrics.write(record)
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward_mean']:.2f}", eff=f"{record['effective_prompt_ratio']:.2f}")
-            if c.checkpoint_every and self.step % c.checkpoint_every == 0 and self.step < c.steps:
+            if c.checkpoint_every and self.step % c.checkpoint_every == 0 and not last:
                 self.save_checkpoint()
         bar.close()
         self.save_checkpoint()
@@ -418,6 +432,9 @@ class Trainer:
                    "final_eval": evals[-1] if evals else None, "totals": self.totals}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
+
+    def _budget_spent(self) -> bool:
+        return bool(self.config.max_rollouts) and self.totals["rollouts"] >= self.config.max_rollouts
 
     def _write_environment(self) -> None:
         import transformers

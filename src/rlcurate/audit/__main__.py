@@ -1,0 +1,5 @@
+"""``python -m rlcurate.audit``: the same as ``rlcurate audit``."""
+
+from rlcurate.audit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,21 @@
+"""rlcurate's curation strategies inside other trainers (appendix A2, *Scaling out with verl*).
+
+=====================================  ==================================================================
+:mod:`rlcurate.interop.trl`            :class:`~rlcurate.interop.trl.CurationSampler` (TRL's
+                                       ``RepeatSampler`` contract) and
+                                       :class:`~rlcurate.interop.trl.CuratedGRPOTrainer`, which feeds
+                                       TRL's rewards back to the strategy
+:mod:`rlcurate.interop.verl`           :class:`~rlcurate.interop.verl.CurationSampler`, a verl
+                                       ``AbstractCurriculumSampler`` (``data.sampler.class_path``)
+:class:`PromptSelection`               the adapter both share: a strategy's ``select`` and ``observe``
+                                       driven by another trainer, with checkpointable state
+=====================================  ==================================================================
+
+Only prompt-level strategies (INSIGHT, MoPPS, expected difficulty, inverse evidence, the variance
+prefilter from an audit file, uniform) are samplers; the response-level ones need trainer hooks
+(appendix A2). The submodules import TRL and verl lazily: importing this package needs neither.
+"""
+
+from rlcurate.interop._core import PROMPT_LEVEL_STRATEGIES, PromptSelection, resolve_selector
+
+__all__ = ["PromptSelection", "resolve_selector", "PROMPT_LEVEL_STRATEGIES"]

@@ -1,0 +1,171 @@
+"""A prompt-selection strategy of :mod:`rlcurate.curation` driven by another trainer (appendices A1-A2).
+
+rlcurate's own :class:`~rlcurate.train.Trainer` calls ``selector.select(ctx, k)`` before a step and
+``curator.observe(ctx, groups)`` after it. TRL and verl call a torch ``Sampler`` instead and know
+nothing of either; :class:`PromptSelection` is the adapter both samplers share. It
+
+* builds the selector from a strategy name (``insight``, ``mopps``, ``expected_difficulty``,
+  ``inverse_evidence``, ``prefilter``, ``uniform``) or takes a :class:`~rlcurate.curation.base.Selector`;
+* chooses ``k`` prompts at a time with a step context seeded by (seed, selection round), so that
+  every rank of a multi-process run that has observed the same rewards chooses the same prompts;
+* turns rewards of (prompt index, reward) pairs into one :class:`~rlcurate.curation.base.Group` per
+  prompt and hands them to the selector's ``observe`` exactly as the rlcurate trainer would;
+* saves and restores all of that (``state_dict`` / ``load_state_dict``, JSON-friendly).
+
+Only *prompt-level* strategies can be samplers. The response-level ones (Reinforce-Ada, SAGE, GVM,
+DAPO's filter, DRO) decide how many completions to draw or how to weight them, which a sampler never
+sees; they need hooks inside the trainer (appendix A2).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
+from rlcurate.tasks.base import Problem
+
+__all__ = ["PromptSelection", "resolve_selector", "PROMPT_LEVEL_STRATEGIES"]
+
+PROMPT_LEVEL_STRATEGIES = ("insight", "mopps", "expected_difficulty", "inverse_evidence", "prefilter", "uniform")
+
+
+def resolve_selector(strategy: str | Selector | Curator, **kwargs) -> Selector:
+    """The :class:`Selector` of a prompt-level strategy (a name, a selector, or a curator whose sampler
+    is the plain one and which has no processors). Raises ``ValueError`` for response-level strategies
+    and for a prefilter without an audit file (a sampler cannot run rollouts to audit)."""
+    from rlcurate.curation.prefilter import PrefilterSelector
+
+    if isinstance(strategy, Selector):
+        if kwargs:
+            raise ValueError("keyword arguments are only used with a strategy name")
+        selector = strategy
+    else:
+        curator = strategy
+        if isinstance(strategy, str):
+            from rlcurate.curation import build_curator
+
+            curator = build_curator(strategy, **kwargs)
+        elif kwargs:
+            raise ValueError("keyword arguments are only used with a strategy name")
+        if not isinstance(curator, Curator):
+            raise ValueError(f"strategy must be a name, a Selector or a Curator, got {type(strategy).__name__}")
+        extra = [p.name for p in curator.processors if type(p) is not Processor]
+        if type(curator.sampler) is not Sampler or extra:
+            parts = ([f"sampler {curator.sampler.name!r}"] if type(curator.sampler) is not Sampler else []) + \
+                    [f"processor {n!r}" for n in extra]
+            raise ValueError(
+                f"strategy {curator.name!r} acts on responses ({', '.join(parts)}), not only on which prompts "
+                f"are drawn; a sampler cannot run it. Prompt-level strategies: {', '.join(PROMPT_LEVEL_STRATEGIES)}. "
+                "The response-level ones need trainer hooks (appendix A2, 'Scaling out with verl').")
+        selector = curator.selector
+    if isinstance(selector, PrefilterSelector):
+        if selector.audit_file is None:
+            raise ValueError("the prefilter as a sampler needs audit_file= (the mixed.jsonl of `rlcurate audit`): "
+                             "a sampler cannot run the audit's rollouts itself")
+        if selector.reaudit_every:
+            raise ValueError("reaudit_every needs rollouts inside the trainer; use 0 with a sampler")
+    return selector
+
+
+class _Engine:
+    """Stands in for a rollout engine: a sampler never generates."""
+
+    def generate(self, *args, **kwargs):
+        raise RuntimeError("this selector tried to generate rollouts; only prompt-level strategies work as "
+                           "samplers (appendix A2)")
+
+
+class PromptSelection:
+    """A selector fed by another trainer: :meth:`select` k prompts, :meth:`observe` their rewards.
+
+    Args:
+        strategy: a strategy name, a :class:`Selector` or a prompt-level :class:`Curator`.
+        n_items: size of the training pool (the dataset).
+        group_size: completions per prompt (INSIGHT's K defaults to it).
+        seed: seeds every selection round: round r uses ``numpy.random.default_rng([seed, r, 17])``,
+            the generator rlcurate's trainer uses at step r.
+        uids: one stable id per pool item (the prefilter matches an audit file's uids against them);
+            default ``str(position)``.
+        **kwargs: the strategy's keyword arguments (with a name only).
+    """
+
+    def __init__(self, strategy, n_items: int, group_size: int = 8, seed: int = 0,
+                 uids: Sequence[str] | None = None, **kwargs):
+        if isinstance(n_items, bool) or int(n_items) < 1:
+            raise ValueError(f"n_items must be a positive integer, got {n_items!r}")
+        self.n_items = int(n_items)
+        self.group_size = int(group_size)
+        self.seed = int(seed)
+        uids = [str(i) for i in range(self.n_items)] if uids is None else [str(u) for u in uids]
+        if len(uids) != self.n_items:
+            raise ValueError(f"uids holds {len(uids)} ids for a pool of {self.n_items}")
+        self.problems = [Problem(uid=u, question="", answer="") for u in uids]
+        self.selector = resolve_selector(strategy, **kwargs)
+        self.selector.bind(self.n_items, self.seed)
+        self.rounds = 0  # selections made
+        self.observed = 0  # reward batches observed
+        self.history: list[dict[str, Any]] = []  # per selection: round, observed batches, indices
+
+    # ------------------------------------------------------------------ the two calls
+    def context(self, step: int, k: int) -> StepContext:
+        return StepContext(step=step, seed=self.seed, problems=self.problems, task=None, tokenizer=None,
+                           engine=_Engine(), sampling=None, group_size=self.group_size, prompts_per_step=k)
+
+    def select(self, k: int) -> list[int]:
+        """The next ``k`` prompts (pool positions) by the strategy, given every reward observed so far."""
+        ctx = self.context(self.rounds, k)
+        ctx.selector = self.selector
+        chosen = [int(i) for i in self.selector.select(ctx, int(k))]
+        self.history.append({"round": self.rounds, "observed": self.observed, "indices": chosen})
+        self.rounds += 1
+        return chosen
+
+    def observe(self, indices: Sequence[int], rewards: Sequence[float]) -> dict[int, tuple[int, int]]:
+        """Feed back one batch of scored completions: ``indices[j]`` is the pool position of completion
+        j's prompt, ``rewards[j]`` its reward (NaN: unscored, ignored). The completions of a prompt form
+        one group, in the given order. Returns ``{prompt: (successes, trials)}`` at the selector's
+        success threshold (for logs and tests)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        r = np.asarray(rewards, dtype=float).reshape(-1)
+        if idx.shape != r.shape:
+            raise ValueError(f"{idx.size} indices for {r.size} rewards")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_items):
+            raise ValueError(f"prompt indices must lie in [0, {self.n_items}), got {int(idx.min())}..{int(idx.max())}")
+        keep = ~np.isnan(r)
+        idx, r = idx[keep], r[keep]
+        threshold = float(getattr(self.selector, "success_threshold", 1.0))
+        groups, counts = [], {}
+        for i in dict.fromkeys(idx.tolist()):
+            ri = r[idx == i]
+            groups.append(Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * ri.size,
+                                rewards=ri, generated=int(ri.size)))
+            counts[int(i)] = (int(np.sum(ri >= threshold)), int(ri.size))
+        ctx = self.context(self.observed, max(len(groups), 1))
+        ctx.generated_groups = groups
+        self.selector.observe(ctx, groups)
+        self.observed += 1
+        return counts
+
+    def metrics(self) -> dict[str, float]:
+        """The selector's diagnostics plus the belief summary when it has beliefs."""
+        out = {k: float(v) for k, v in self.selector.metrics().items()}
+        beliefs = getattr(self.selector, "beliefs", None)
+        if beliefs is not None:
+            seen = beliefs.evidence > beliefs.alpha0 + beliefs.beta0
+            out["prompts_observed"] = float(seen.sum())
+            out["belief_mean_observed"] = float(beliefs.mean[seen].mean()) if seen.any() else float("nan")
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"selector": self.selector.state_dict(), "rounds": self.rounds, "observed": self.observed,
+                "n_items": self.n_items, "seed": self.seed, "group_size": self.group_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if int(state["n_items"]) != self.n_items:
+            raise ValueError(f"state is for a pool of {state['n_items']} items, this one has {self.n_items}")
+        self.selector.load_state_dict(state["selector"])
+        self.rounds, self.observed = int(state["rounds"]), int(state["observed"])
+        self.seed, self.group_size = int(state["seed"]), int(state["group_size"])

@@ -1,0 +1,246 @@
+"""rlcurate's prompt selection as a verl curriculum sampler (appendix A2, *Scaling out with verl*).
+
+verl's ``RayPPOTrainer`` builds its training sampler from the config::
+
+    data.sampler.class_path=pkg://rlcurate.interop.verl
+    data.sampler.class_name=CurationSampler
+    +data.sampler.strategy=insight                 # insight | mopps | expected_difficulty |
+                                                   # inverse_evidence | prefilter | uniform
+    +data.sampler.strategy_kwargs='{mu: 0.3}'      # the strategy's keyword arguments
+    +data.sampler.group_size=8                     # = actor_rollout_ref.rollout.n (INSIGHT's K)
+    data.dataloader_num_workers=0                  # verl asserts it for curriculum samplers
+
+calls ``CurationSampler(data_source=dataset, data_config=config.data)``, iterates it through a
+``StatefulDataLoader`` whose batch size is ``data.gen_batch_size`` (or ``data.train_batch_size``),
+and after every step of ``fit()`` calls ``sampler.update(batch)`` with the step's whole ``DataProto``.
+:meth:`CurationSampler.update` reads each response's prompt from ``batch.non_tensor_batch["index"]``
+(the dataset's ``extra_info.index``, mapped to a row position) and its reward from
+``batch.batch["token_level_scores"].sum(-1)``; the batch may be in any order (verl balances it
+across ranks), since responses are grouped by prompt index.
+
+The sampler runs in verl's single driver process, so there is nothing to gather across GPUs, and
+with ``dataloader_num_workers=0`` the dataloader fetches a batch only when ``fit()`` asks for it: the
+prompts of step t + 1 are chosen after ``update`` has seen step t (no lag, unlike TRL, appendix A2).
+
+Its state (beliefs, selection round, position in the epoch) is part of the ``StatefulDataLoader``
+state that verl saves in ``data.pt`` with each checkpoint: torchdata's batch-sampler iterator calls
+:meth:`state_dict` on any sampler that has one, and :meth:`load_state_dict` on resume.
+
+Versions: the curriculum-sampler hook (``verl.experimental.dataset.sampler.AbstractCurriculumSampler``
+and ``data.sampler.class_path``) exists in verl 0.5 to 0.7.1 on PyPI and was removed in 0.8.0. With a
+verl that lacks it, this class is a plain ``torch.utils.data.Sampler``: pass it to
+``RayPPOTrainer(..., train_sampler=...)`` and call ``update(batch)`` from a ``fit()`` override
+(appendix A2 sketches one).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcurate.interop._core import PromptSelection
+
+log = logging.getLogger(__name__)
+
+try:
+    import verl  # noqa: F401
+except ImportError as exc:  # pragma: no cover - only without verl
+    raise ImportError("rlcurate.interop.verl needs verl (tested with verl 0.7.1; see appendix A2 for the "
+                      "install without its GPU-only dependencies)") from exc
+
+try:
+    from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _SamplerBase
+
+    HAS_CURRICULUM_HOOK = True
+except ImportError:  # verl >= 0.8 removed the hook
+    _SamplerBase = torch.utils.data.Sampler
+    HAS_CURRICULUM_HOOK = False
+
+__all__ = ["CurationSampler", "HAS_CURRICULUM_HOOK", "dataset_indices", "pool_baseline_advantage",
+           "register_advantage_estimators", "POOL_ADV_ESTIMATOR"]
+
+POOL_ADV_ESTIMATOR = "rlcurate_pool_grpo"
+
+
+def _get(cfg, key, default=None):
+    """``cfg.key`` for an OmegaConf ``DictConfig``, a dict or an object; ``default`` when missing or null."""
+    if cfg is None:
+        return default
+    if hasattr(cfg, "get"):
+        value = cfg.get(key, default)
+    else:
+        value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def _plain(value):
+    """An OmegaConf container as plain Python (for the strategy's keyword arguments)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return value
+
+
+def dataset_indices(data_source) -> list | None:
+    """Each row's ``extra_info["index"]`` (what verl puts in ``non_tensor_batch["index"]``), read from
+    the dataset's ``dataframe`` (verl's ``RLHFDataset``) without tokenising anything; ``None`` when the
+    dataset does not expose one."""
+    frame = getattr(data_source, "dataframe", None)
+    if frame is None:
+        return None
+    try:
+        infos = frame["extra_info"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    out = []
+    for info in infos:
+        out.append(info.get("index", 0) if isinstance(info, dict) else 0)
+    return out
+
+
+class CurationSampler(_SamplerBase):
+    """A verl ``AbstractCurriculumSampler`` running an rlcurate prompt-level strategy.
+
+    Args:
+        data_source: the training dataset (verl's ``RLHFDataset`` or any sized dataset).
+        data_config: verl's ``config.data``; reads ``gen_batch_size`` or ``train_batch_size`` (prompts
+            per step), ``seed``, and under ``sampler``: ``strategy`` (default ``insight``),
+            ``strategy_kwargs``, ``group_size`` (responses per prompt; default: learnt from the first
+            update, 8 before it), ``uid_key`` (an ``extra_info`` key holding stable ids for the
+            prefilter's audit file; default the index).
+
+    Prompt ids: verl reports each response's ``extra_info["index"]``. When the dataset exposes its rows
+    (``RLHFDataset.dataframe``), the sampler maps those ids to row positions (so filtered or reordered
+    datasets work); they must be unique. Otherwise the id must be the row position.
+    """
+
+    def __init__(self, data_source, data_config):
+        self.data_source = data_source
+        n = len(data_source)
+        self.batch_size = int(_get(data_config, "gen_batch_size", None) or _get(data_config, "train_batch_size"))
+        if self.batch_size < 1 or self.batch_size > n:
+            raise ValueError(f"prompts per step ({self.batch_size}) must lie in [1, {n}] (the dataset size)")
+        if int(_get(data_config, "dataloader_num_workers", 0)) != 0:
+            raise ValueError("set data.dataloader_num_workers=0: worker prefetching would choose prompts before "
+                             "the rewards of the previous step arrive")
+        scfg = _get(data_config, "sampler", {})
+        strategy = _get(scfg, "strategy", "insight")
+        kwargs = dict(_plain(_get(scfg, "strategy_kwargs", {})) or {})
+        self._group_size_fixed = _get(scfg, "group_size", None)
+        seed = int(_get(scfg, "seed", None) if _get(scfg, "seed", None) is not None else _get(data_config, "seed", 0))
+
+        ids = dataset_indices(data_source)
+        if ids is not None:
+            if len(set(map(str, ids))) != len(ids):
+                raise ValueError("the dataset's extra_info['index'] values are not unique (verl defaults them to "
+                                 "0): give every row its own index so that rewards can be traced to prompts")
+            self._position = {str(v): p for p, v in enumerate(ids)}
+        else:
+            self._position = None
+        uids = None
+        uid_key = _get(scfg, "uid_key", None)
+        frame = getattr(data_source, "dataframe", None)
+        if uid_key is not None and frame is not None:
+            uids = [str(info.get(uid_key)) for info in frame["extra_info"]]
+        elif ids is not None:
+            uids = [str(v) for v in ids]
+        self.selection = PromptSelection(strategy, n, group_size=int(self._group_size_fixed or 8), seed=seed,
+                                         uids=uids, **kwargs)
+        self.chunks_per_epoch = n // self.batch_size
+        self._epoch_pos = 0  # chunks already chosen in the current epoch
+        self.last_update: dict[int, tuple[int, int]] = {}
+
+    # ------------------------------------------------------------------ sampling
+    def __iter__(self):
+        for c in range(self._epoch_pos, self.chunks_per_epoch):  # a restored state resumes mid-epoch
+            chunk = self.selection.select(self.batch_size)
+            self._epoch_pos = c + 1
+            yield from chunk
+        self._epoch_pos = 0
+
+    def __len__(self) -> int:
+        return self.chunks_per_epoch * self.batch_size
+
+    # ------------------------------------------------------------------ feedback
+    def positions(self, ids) -> np.ndarray:
+        """Row positions of verl prompt ids (``non_tensor_batch["index"]``)."""
+        ids = np.asarray(ids, dtype=object).reshape(-1)
+        if self._position is None:
+            return np.asarray([int(i) for i in ids], dtype=np.int64)
+        try:
+            return np.asarray([self._position[str(i)] for i in ids], dtype=np.int64)
+        except KeyError as exc:
+            raise ValueError(f"prompt id {exc.args[0]!r} is not an extra_info['index'] of the training set") from None
+
+    def update(self, batch) -> None:
+        """Observe one step of verl: every response's prompt id and summed token-level score."""
+        ids = batch.non_tensor_batch["index"]
+        scores = batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy()
+        pos = self.positions(ids)
+        if self._group_size_fixed is None and pos.size:
+            self.selection.group_size = int(np.bincount(pos).max())  # responses per prompt (rollout.n)
+        self.last_update = self.selection.observe(pos, scores)
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {"selection": self.selection.state_dict(), "epoch_pos": self._epoch_pos}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.selection.load_state_dict(state["selection"])
+        self._epoch_pos = int(state["epoch_pos"])
+
+
+# ---------------------------------------------------------------------------------------------- advantages
+def pool_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+                            reward_baselines: torch.Tensor | None = None, epsilon: float = 1e-6,
+                            norm_adv_by_std_in_grpo: bool = True, config=None, **kwargs):
+    """GRPO's advantage with the baseline of a larger pool (chapter 6; Reinforce-Ada's p_hat), as a
+    verl advantage estimator (registered as ``algorithm.adv_estimator=rlcurate_pool_grpo``).
+
+    A strategy that sampled more rollouts per prompt than it trains on (Reinforce-Ada's rounds, a
+    DAPO-style refill) knows each prompt's pass rate p_hat from the whole pool; it stores it per
+    response in ``batch.batch["reward_baselines"]``, which verl's ``compute_advantage`` passes to the
+    estimator. Then A = (r - p_hat) / (sqrt(p_hat (1 - p_hat)) + eps), or r - p_hat without the std
+    (``norm_adv_by_std_in_grpo=False``, Dr. GRPO). rlcurate's own trainer also applies the pool's
+    n / (n - 1) correction to the std, which needs the pool size that verl does not pass; for pools of
+    16 or more it changes the std by at most 3%. Without ``reward_baselines`` this is verl's GRPO.
+    Returns (advantages, returns), both [batch, response_length], zero outside the response.
+    """
+    if reward_baselines is None:
+        from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+        return compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon,
+                                              norm_adv_by_std_in_grpo, config)
+    scores = token_level_rewards.sum(dim=-1)
+    p = reward_baselines.to(scores.dtype).reshape(-1)
+    adv = scores - p
+    if norm_adv_by_std_in_grpo:
+        std = torch.sqrt(torch.clamp(p * (1 - p), min=0.0))
+        adv = adv / (torch.clamp(std, min=epsilon) + epsilon)
+    adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def register_advantage_estimators() -> bool:
+    """Register :func:`pool_baseline_advantage` with verl's ``register_adv_est`` under
+    :data:`POOL_ADV_ESTIMATOR` (once; done when this module is imported). False when verl's
+    ``core_algos`` cannot be imported here."""
+    try:
+        from verl.trainer.ppo import core_algos
+    except ImportError as exc:  # e.g. codetiming missing
+        log.debug("verl core_algos unavailable (%s); advantage estimator not registered", exc)
+        return False
+    if core_algos.ADV_ESTIMATOR_REGISTRY.get(POOL_ADV_ESTIMATOR) is not None:
+        return True
+    core_algos.register_adv_est(POOL_ADV_ESTIMATOR)(pool_baseline_advantage)
+    return True
+
+
+register_advantage_estimators()

@@ -1,0 +1,20 @@
+"""Checks on the values recorded by book/A1_benchmarks.ipynb (run in the smoke profile). Timings are
+never asserted on (they belong to the machine); the numerical checks and the formulas are."""
+
+import math
+
+
+def check(records):
+    shared = records["shared_forward"]
+    assert shared["max_abs_diff"] < 1e-5 and shared["grad_rel"] < 1e-5
+    assert 0.3 < shared["positions_ratio"] < 1.0  # sharing prompts removes token positions
+    assert records["qwen25_05b_params"] == 494_032_768
+    for name, c in records["ceilings"].items():
+        dec = c["decode"]
+        assert all(a < b for a, b in zip(dec, dec[1:])), name
+        assert math.isclose(c["train"], 989e12 / (6 * 494_032_768), rel_tol=1e-9)
+    # the stored results, when present, are ratios in a sane range (not a speed claim)
+    for key, r in records["step_ratios"].items():
+        assert 0.05 < r["wall"] < 5 and 0.05 < r["cpu"] < 5, key
+    if records["audit"] is not None:
+        assert records["audit"]["samples_per_s"] > 0

@@ -1,0 +1,83 @@
+"""The CPU-safe parts of the benchmarks (appendix A1): the hardware-limit formulas of
+``bench/bench_gpu_throughput.py``, the timing statistics, the result files, and the appendix
+notebook executed in the smoke profile (``tests/test_notebooks.py`` collects only numbered chapters)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import _common  # noqa: E402
+import bench_gpu_throughput as gpu  # noqa: E402
+
+
+def test_qwen25_05b_architecture_has_the_published_parameter_count():
+    cfg = gpu.qwen_config()
+    assert gpu.count_params(cfg) == gpu.QWEN25_05B_PARAMS == 494_032_768
+    # 24 layers x 2 KV heads x head_dim 64 x (K and V) x 2 bytes
+    assert gpu.kv_bytes_per_token(cfg, 2) == 2 * 24 * 2 * 64 * 2 == 12_288
+
+
+def test_decode_limit():
+    W, kv, bw = 1e9, 1e4, 2e12
+    # batch 1, empty cache: one step reads the weights once
+    assert gpu.decode_limit_tokens_per_s(W, kv, 1, 0, bw) == pytest.approx(bw / W)
+    assert gpu.decode_step_bytes(W, kv, 8, 100) == W + 8 * 100 * kv
+    limits = [gpu.decode_limit_tokens_per_s(W, kv, b, 384, bw) for b in (1, 8, 64, 512, 4096, 10**7)]
+    assert all(a < b for a, b in zip(limits, limits[1:]))  # batching amortises the weights ...
+    assert limits[-1] < bw / (384 * kv)  # ... up to the KV cache's own ceiling
+    assert limits[-1] == pytest.approx(bw / (384 * kv), rel=1e-2)
+
+
+def test_train_limit():
+    assert gpu.train_limit_tokens_per_s(494_032_768, 989e12) == pytest.approx(989e12 / (6 * 494_032_768))
+    # an H100's dense bf16 rate bounds 0.5B-parameter training near 334k tokens/s
+    assert 3.3e5 < gpu.train_limit_tokens_per_s(gpu.QWEN25_05B_PARAMS, 989e12) < 3.4e5
+
+
+def test_summary_and_paired_ratio():
+    s = _common.summary([3.0, 1.0, 2.0, 4.0])
+    assert s["median_s"] == 2.5 and s["min_s"] == 1.0 and s["max_s"] == 4.0 and s["n"] == 4
+    r = _common.paired_ratio([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
+    assert r["ratio_of_medians"] == 0.5 and r["median_paired_ratio"] == 0.5
+    calls = []
+    times = _common.interleaved([lambda: calls.append("a"), lambda: calls.append("b")], repeats=2, warmup=1)
+    assert calls == ["a", "b"] * 3 and [len(t) for t in times] == [2, 2]
+
+
+@pytest.mark.parametrize("name", ["trl_step.json", "generate.json", "audit.json"])
+def test_result_files_record_versions_machine_and_date(name):
+    path = REPO / "data" / "bench" / name
+    if not path.exists():
+        pytest.skip(f"{path} has not been produced (run the script in bench/ that writes it)")
+    rec = json.loads(path.read_text())
+    for key in ("what", "date", "versions", "machine", "ratio"):
+        assert key in rec, f"{name} lacks {key!r}"
+    assert rec["versions"]["torch"] and rec["machine"]["cpu"]
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+def test_appendix_benchmarks_executes_in_the_smoke_profile(tmp_path):
+    pm = pytest.importorskip("papermill")
+    from rlcurate.book import read_records
+
+    nb = REPO / "book" / "A1_benchmarks.ipynb"
+    out = tmp_path / nb.name
+    pm.execute_notebook(str(nb), str(out), parameters={"PROFILE": "smoke"}, kernel_name="python3",
+                        cwd=str(nb.parent), progress_bar=False, log_output=False, execution_timeout=600)
+    records = read_records(out)
+    assert records.get("checks_passed") is True and records.get("profile") == "smoke"
+    spec = importlib.util.spec_from_file_location("check_A1", REPO / "tests" / "chapter_checks" / "A1_benchmarks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.check(records)
+    assert math.isfinite(records["shared_forward"]["max_abs_diff"])

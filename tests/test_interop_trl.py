@@ -1,0 +1,260 @@
+"""rlcurate's prompt selection as a drop-in sampler for TRL's GRPOTrainer (appendix A2).
+
+The sampler is checked against TRL's own ``RepeatSampler`` contract, then the tiny model is trained a
+few steps with TRL and the INSIGHT sampler on this CPU: the beliefs must hold exactly the rewards TRL
+scored, and the selection lag caused by the dataloader's look-ahead is measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+from rlcurate.interop._core import PromptSelection, resolve_selector  # noqa: E402
+from rlcurate.interop.trl import CuratedGRPOTrainer, CurationSampler, selection_lag  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------- sampler
+def _stream(sampler):
+    return list(iter(sampler))
+
+
+@pytest.mark.parametrize("strategy", ["insight", "mopps", "uniform", "expected_difficulty", "inverse_evidence"])
+def test_sampler_follows_the_repeat_sampler_contract(strategy):
+    G, k, R = 4, 3, 2
+    sel = PromptSelection(strategy, n_items=20, group_size=G, seed=5)
+    sampler = CurationSampler(sel, mini_repeat_count=G, batch_size=k, repeat_count=R)
+    stream = _stream(sampler)
+    assert len(stream) == len(sampler) == (20 // k) * k * G * R
+    chunk_len = k * G * R
+    for c in range(len(stream) // chunk_len):
+        chunk = stream[c * chunk_len:(c + 1) * chunk_len]
+        once = chunk[: k * G]
+        # each prompt index num_generations times in a row; k distinct prompts; the chunk repeated R times
+        prompts = once[::G]
+        assert all(once[j * G:(j + 1) * G] == [prompts[j]] * G for j in range(k))
+        assert len(set(prompts)) == k
+        assert chunk == once * R
+
+
+def test_every_rank_yields_the_same_stream_given_the_same_rewards():
+    """Two samplers (two ranks) with the same seed that observe the same gathered rewards agree."""
+    ranks = [PromptSelection("insight", n_items=30, group_size=4, seed=1) for _ in range(2)]
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        picks = [sel.select(3) for sel in ranks]
+        assert picks[0] == picks[1]
+        idx = np.repeat(picks[0], 4)
+        rewards = (rng.random(idx.size) < 0.5).astype(float)
+        for sel in ranks:
+            sel.observe(idx, rewards)
+    assert np.array_equal(ranks[0].selector.beliefs.alpha, ranks[1].selector.beliefs.alpha)
+
+
+def test_observe_counts_successes_at_the_threshold_and_skips_nan():
+    sel = PromptSelection("insight", n_items=5, group_size=4, seed=0)
+    counts = sel.observe([2, 2, 2, 2, 4, 4], [1.0, 0.0, 1.0, float("nan"), 0.5, 1.0])
+    assert counts == {2: (2, 3), 4: (1, 2)}
+    b = sel.selector.beliefs
+    assert b.alpha[2] == 3 and b.beta[2] == 2 and b.alpha[4] == 2 and b.beta[4] == 2
+    state = json.loads(json.dumps(sel.state_dict()))
+    other = PromptSelection("insight", n_items=5, group_size=4, seed=0)
+    other.load_state_dict(state)
+    assert np.array_equal(other.selector.beliefs.alpha, b.alpha) and other.observed == 1
+
+
+def test_response_level_strategies_are_refused():
+    for name in ["dapo", "ada_seq_balanced", "gvm", "sage", "dro", "insight+dapo"]:
+        with pytest.raises(ValueError, match="acts on responses"):
+            resolve_selector(name)
+    with pytest.raises(ValueError, match="audit_file"):
+        resolve_selector("prefilter")
+
+
+def test_prefilter_sampler_draws_only_audited_mixed_prompts(tmp_path):
+    audit = tmp_path / "mixed.jsonl"
+    audit.write_text("".join(json.dumps({"uid": f"p{i}"}) + "\n" for i in (1, 4, 7, 8)))
+    sel = PromptSelection("prefilter", n_items=10, group_size=2, uids=[f"p{i}" for i in range(10)],
+                          audit_file=str(audit))
+    stream = _stream(CurationSampler(sel, mini_repeat_count=2, batch_size=2, chunks_per_epoch=6))
+    assert set(stream) == {1, 4, 7, 8}
+    assert Counter(stream[:16]) == Counter({1: 4, 4: 4, 7: 4, 8: 4})  # epochs over the kept subset
+
+
+# ---------------------------------------------------------------------------------------------- training
+def coin(uid: str, text: str) -> float:
+    """A deterministic fair coin per (prompt, completion text): mixed groups from a random model."""
+    return float(hashlib.blake2b(f"{uid}\x00{text}".encode(), digest_size=8).digest()[0] & 1)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer, save_tiny
+
+    return save_tiny(build_tiny_model(seed=0), build_tiny_tokenizer(), tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+def _train(tmp_path, ckpt, *, steps, steps_per_generation=1, strategy="insight", resume=None, **extra):
+    import warnings
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig
+
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    task = ArithmeticTask(levels=["add2", "add3"], n_train=12, n_test=2, seed=0)
+    problems = task.problems("train")
+    ds = Dataset.from_dict({"prompt": [task.render(p, tok) for p in problems], "uid": [p.uid for p in problems]})
+    scored: list[tuple[int, float]] = []  # every (prompt index, reward) TRL computed in training
+
+    def reward(prompts, completions, uid, rlcurate_index, trainer_state=None, **kwargs):
+        out = [coin(u, c) for u, c in zip(uid, completions)]
+        scored.extend(zip(rlcurate_index, out))
+        return out
+
+    G, k = 4, 2
+    cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=G * k // steps_per_generation,
+                     gradient_accumulation_steps=1, steps_per_generation=steps_per_generation,
+                     num_generations=G, max_completion_length=6, learning_rate=1e-4, max_steps=steps, beta=0.0,
+                     temperature=1.0, top_k=0, top_p=1.0, use_cpu=True, bf16=False, fp16=False, use_vllm=False,
+                     report_to="none", logging_steps=1, disable_tqdm=True, seed=0,
+                     gradient_checkpointing=False, **{"save_strategy": "no", **extra})
+    trainer = CuratedGRPOTrainer(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds,
+                                 processing_class=tok, strategy=strategy)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, scored
+
+
+@pytest.mark.slow
+def test_trl_training_feeds_the_real_rewards_into_the_beliefs(tmp_path, tiny_checkpoint):
+    trainer, scored = _train(tmp_path, tiny_checkpoint, steps=4)
+    sel = trainer.curation
+    b = sel.selector.beliefs
+    # every generation batch was observed once, after TRL scored it
+    assert sel.observed == 4 and len(scored) == 4 * 8
+    # exact counts: alpha - 1 = successes and beta - 1 = failures TRL scored for each prompt
+    succ, fail = Counter(), Counter()
+    for i, r in scored:
+        (succ if r >= 1 else fail)[int(i)] += 1
+    assert np.array_equal(b.alpha - 1, np.array([succ[i] for i in range(sel.n_items)], dtype=float))
+    assert np.array_equal(b.beta - 1, np.array([fail[i] for i in range(sel.n_items)], dtype=float))
+    assert (b.alpha - 1).sum() + (b.beta - 1).sum() == len(scored)
+    # the prompts TRL trained on are exactly the ones the strategy selected, each in groups of 4
+    trained = [int(i) for i, _ in scored]
+    selected = [i for h in sel.history for i in h["indices"]]
+    assert trained == [i for i in selected[: len(trained) // 4] for _ in range(4)]
+    # accelerate's one-batch look-ahead: selection r saw the rewards of batches 0..r-2
+    assert selection_lag(sel.history[:4]) == [1, 1, 1]
+    logged = [h for h in trainer.state.log_history if "curation/prompts_observed" in h]
+    assert logged and logged[-1]["curation/prompts_observed"] > 0
+
+
+@pytest.mark.slow
+def test_no_selection_lag_when_a_generation_batch_outlasts_the_accumulation_window(tmp_path, tiny_checkpoint):
+    """steps_per_generation = 2 > gradient_accumulation_steps = 1: the look-ahead fetches the second
+    pass over the same chunk, so every selection has seen every earlier batch's rewards."""
+    trainer, scored = _train(tmp_path, tiny_checkpoint, steps=6, steps_per_generation=2, strategy="mopps")
+    sel = trainer.curation
+    assert sel.observed == 3 and len(scored) == 3 * 8
+    b = sel.selector.beliefs
+    assert (b.alpha - 1).sum() == sum(r >= 1 for _, r in scored)
+    assert (b.beta - 1).sum() == sum(r < 1 for _, r in scored)
+    assert selection_lag(sel.history[:3]) == [0, 0]
+
+
+_WORKER = r'''
+import json, os, sys, warnings
+warnings.filterwarnings("ignore")
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+import test_interop_trl as T
+from datasets import Dataset
+from transformers import AutoTokenizer
+from transformers.utils import logging as hl
+hl.set_verbosity_error(); hl.disable_progress_bar()
+from trl import GRPOConfig
+from rlcurate.tasks.arithmetic import ArithmeticTask
+from rlcurate.interop.trl import CuratedGRPOTrainer
+ckpt, out = sys.argv[1], Path(sys.argv[2])
+tok = AutoTokenizer.from_pretrained(ckpt)
+task = ArithmeticTask(levels=["add2", "add3"], n_train=12, n_test=2, seed=0)
+ps = task.problems("train")
+ds = Dataset.from_dict({"prompt": [task.render(p, tok) for p in ps], "uid": [p.uid for p in ps]})
+scored = []
+def reward(prompts, completions, uid, rlcurate_index, **kw):
+    r = [T.coin(u, c) for u, c in zip(uid, completions)]
+    scored.extend(zip([int(i) for i in rlcurate_index], r))
+    return r
+cfg = GRPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=4, num_generations=4,
+                 max_completion_length=6, max_steps=4, beta=0.0, use_cpu=True, ddp_backend="gloo",
+                 report_to="none", save_strategy="no", logging_steps=100, disable_tqdm=True,
+                 gradient_checkpointing=False, top_k=0, seed=0)
+tr = CuratedGRPOTrainer(model=ckpt, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
+                        strategy="insight")
+tr.train()
+b = tr.curation.selector.beliefs
+(out / f"rank{os.environ['RANK']}.json").write_text(json.dumps({
+    "history": [h["indices"] for h in tr.curation.history], "alpha": b.alpha.tolist(), "beta": b.beta.tolist(),
+    "scored": scored, "world": tr.accelerator.num_processes}))
+'''
+
+
+@pytest.mark.slow
+def test_two_processes_gather_the_rewards_and_select_the_same_prompts(tmp_path, tiny_checkpoint):
+    """torchrun, two CPU processes (gloo): each rank scores different completions, yet both ranks
+    observe all of them and keep choosing the same prompts."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = tmp_path / "worker.py"
+    worker.write_text(_WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                           "--master_port", str(port), str(worker), str(tiny_checkpoint), str(tmp_path),
+                           str(Path(__file__).parent)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert r0["history"] == r1["history"] and r0["alpha"] == r1["alpha"] and r0["beta"] == r1["beta"]
+    assert r0["scored"] and r1["scored"] and sorted(r0["scored"]) != sorted(r1["scored"])  # each rank scored its own
+    succ, fail = Counter(), Counter()
+    for i, r in r0["scored"] + r1["scored"]:
+        (succ if r >= 1 else fail)[int(i)] += 1
+    alpha, beta = np.array(r0["alpha"]), np.array(r0["beta"])  # both ranks' beliefs hold all of them
+    assert np.array_equal(alpha - 1, [succ[i] for i in range(alpha.size)])
+    assert np.array_equal(beta - 1, [fail[i] for i in range(beta.size)])
+
+
+@pytest.mark.slow
+def test_sampler_state_is_saved_with_trl_checkpoints_and_restored(tmp_path, tiny_checkpoint):
+    from rlcurate.interop.trl import SAMPLER_STATE_FILE
+
+    first, scored = _train(tmp_path, tiny_checkpoint, steps=2, save_strategy="steps", save_steps=2)
+    saved = tmp_path / "trl" / "checkpoint-2" / SAMPLER_STATE_FILE
+    state = json.loads(saved.read_text())
+    assert state["observed"] == 2 and state["rounds"] == first.curation.rounds
+    resumed, more = _train(tmp_path, tiny_checkpoint, steps=3, ignore_data_skip=True,
+                           resume=str(tmp_path / "trl" / "checkpoint-2"))
+    b = resumed.curation.selector.beliefs
+    assert resumed.curation.observed == 3
+    # the resumed beliefs hold the first run's two batches plus the third one
+    assert (b.alpha - 1).sum() + (b.beta - 1).sum() == len(scored) + len(more) == 3 * 8

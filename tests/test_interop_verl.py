@@ -1,0 +1,234 @@
+"""rlcurate's prompt selection as a verl curriculum sampler, against verl's real classes (appendix A2).
+
+What runs here is verl's own code: its ``RLHFDataset`` reads a parquet file and tokenises nothing
+(verl 0.7.1 leaves chat templating to the rollout), its ``collate_fn`` and torchdata's
+``StatefulDataLoader`` batch the rows exactly as ``RayPPOTrainer._create_dataloader`` does, verl's
+``create_rl_sampler`` (the function's source, taken from ``verl/trainer/main_ppo.py`` and executed;
+importing that module needs hydra, whose ANTLR grammar conflicts with the antlr 4.13 that math-verify
+needs in this environment) builds the sampler from ``data.sampler.class_path``, and ``DataProto``
+carries each step's batch into ``sampler.update`` as ``RayPPOTrainer.fit`` does. Only the rollout and
+the reward are simulated: a known pass rate per prompt, the score on the last response token.
+
+Needs ``verl`` (0.5 to 0.7.1, which still have the curriculum-sampler hook) installed without its GPU
+dependencies; see appendix A2. Skipped with the reason when it is missing.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+verl = pytest.importorskip("verl", reason="verl is not installed (pip install --no-deps verl==0.7.1 plus the "
+                                          "packages listed in appendix A2)")
+sampler_mod = pytest.importorskip("verl.experimental.dataset.sampler",
+                                  reason="this verl has no curriculum-sampler hook (removed in verl 0.8)")
+from omegaconf import OmegaConf, open_dict  # noqa: E402
+from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.experimental.dataset.sampler import AbstractCurriculumSampler, AbstractSampler  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
+from verl.utils.import_utils import load_extern_object  # noqa: E402
+
+from rlcurate.interop.verl import CurationSampler  # noqa: E402
+
+N_PROMPTS, BATCH, N_RESP = 24, 4, 4
+
+
+def verl_create_rl_sampler():
+    """verl's ``create_rl_sampler``, compiled from its own source in ``verl/trainer/main_ppo.py``."""
+    src = Path(verl.__file__).parent / "trainer" / "main_ppo.py"
+    tree = ast.parse(src.read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_rl_sampler")
+    ns = {"AbstractSampler": AbstractSampler, "load_extern_object": load_extern_object}
+    exec(compile(ast.Module([fn], type_ignores=[]), str(src), "exec"), ns)
+    return ns["create_rl_sampler"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from rlcurate.models.tiny import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory):
+    """A verl-format training file: chat prompts, ground truth, extra_info with non-positional ids."""
+    import datasets
+
+    rows = []
+    for i in range(N_PROMPTS):
+        a, b = 10 + 3 * i, 7 + i
+        rows.append({"data_source": "arith", "prompt": [{"role": "user", "content": f"{a}+{b}="}],
+                     "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                     "extra_info": {"index": 1000 + 7 * i, "split": "train", "uid": f"add:{a}+{b}"}})
+    path = tmp_path_factory.mktemp("verl") / "train.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    return path
+
+
+def data_config(parquet, **sampler):
+    """verl's own data config (``legacy_data.yaml``) with the overrides a user would pass."""
+    base = OmegaConf.load(Path(verl.__file__).parent / "trainer" / "config" / "data" / "legacy_data.yaml")
+    OmegaConf.set_struct(base, True)
+    with open_dict(base):  # Hydra's `+data.sampler.strategy=...` adds keys the same way
+        base.train_files = str(parquet)
+        base.train_batch_size = BATCH
+        base.dataloader_num_workers = 0
+        base.shuffle = False
+        base.seed = 3
+        base.max_prompt_length = 64
+        base.tool_config_path = None
+        base.sampler.class_path = "pkg://rlcurate.interop.verl"
+        base.sampler.class_name = "CurationSampler"
+        for k, v in sampler.items():
+            base.sampler[k] = v
+    return base
+
+
+def make_loader(parquet, tokenizer, cfg):
+    """What ``RayPPOTrainer._create_dataloader`` builds."""
+    dataset = RLHFDataset(data_files=[str(parquet)], tokenizer=tokenizer, config=cfg)
+    sampler = verl_create_rl_sampler()(cfg, dataset)
+    loader = StatefulDataLoader(dataset=dataset, batch_size=cfg.get("gen_batch_size", cfg.train_batch_size),
+                                num_workers=cfg["dataloader_num_workers"], drop_last=True, collate_fn=collate_fn,
+                                sampler=sampler)
+    return dataset, sampler, loader
+
+
+def true_pass_rate(index: int) -> float:
+    return (index * 37 % 100) / 100
+
+
+def simulate_step(batch_dict, rng, scored):
+    """One step of ``RayPPOTrainer.fit`` from the dataloader's batch to ``sampler.update``: uids,
+    ``repeat(n, interleave=True)``, responses with a score on their last token, the batch reordered
+    (``_balance_batch``)."""
+    batch = DataProto.from_single_dict(batch_dict)
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))], dtype=object)
+    batch = batch.repeat(repeat_times=N_RESP, interleave=True)
+    n, L = len(batch.batch), 6
+    lengths = rng.integers(1, L + 1, size=n)
+    scores = torch.zeros(n, L)
+    for r, (idx, length) in enumerate(zip(batch.non_tensor_batch["index"], lengths)):
+        reward = float(rng.random() < true_pass_rate(int(idx)))
+        scores[r, length - 1] = reward
+        scored.append((int(idx), reward))
+    mask = (torch.arange(L)[None, :] < torch.as_tensor(lengths)[:, None]).long()
+    batch = batch.union(DataProto.from_dict(tensors={"token_level_scores": scores, "response_mask": mask}))
+    batch.reorder(torch.as_tensor(rng.permutation(n)))
+    return batch
+
+
+def test_verl_builds_and_drives_the_sampler(parquet, tokenizer):
+    cfg = data_config(parquet, strategy="insight", strategy_kwargs={"mu": 0.3}, group_size=N_RESP)
+    dataset, sampler, loader = make_loader(parquet, tokenizer, cfg)
+    assert isinstance(sampler, CurationSampler)
+    assert isinstance(sampler, AbstractSampler) and isinstance(sampler, AbstractCurriculumSampler)
+    assert len(loader) == N_PROMPTS // BATCH
+    rng = np.random.default_rng(0)
+    scored: list[tuple[int, float]] = []
+    seen_batches = []
+    for step, batch_dict in enumerate(loader):  # RayPPOTrainer.fit
+        ids = [int(i) for i in batch_dict["index"]]
+        assert len(set(ids)) == BATCH and set(ids) <= {1000 + 7 * i for i in range(N_PROMPTS)}
+        seen_batches.append(ids)
+        batch = simulate_step(batch_dict, rng, scored)
+        if isinstance(loader.sampler, AbstractCurriculumSampler):  # ray_trainer.py, after each step
+            loader.sampler.update(batch=batch)
+    sel = sampler.selection
+    assert sel.observed == len(seen_batches) == N_PROMPTS // BATCH
+    # no lag: each selection saw the rewards of every earlier step (num_workers = 0, no prefetch)
+    assert [h["observed"] for h in sel.history] == list(range(len(seen_batches)))
+    # the batches verl trained on are the sampler's choices, mapped from positions to extra_info ids
+    assert seen_batches == [[1000 + 7 * p for p in h["indices"]] for h in sel.history]
+    # beliefs hold exactly the scores verl reported
+    b = sel.selector.beliefs
+    for pos in range(N_PROMPTS):
+        mine = [r for i, r in scored if i == 1000 + 7 * pos]
+        assert b.alpha[pos] - 1 == sum(mine) and b.beta[pos] - 1 == len(mine) - sum(mine)
+    assert sampler.last_update and all(k == N_RESP for _, k in sampler.last_update.values())
+
+
+def test_sampler_state_travels_with_the_dataloader_checkpoint(parquet, tokenizer):
+    """verl saves ``train_dataloader.state_dict()`` in data.pt; a resumed run continues exactly."""
+    cfg = data_config(parquet, strategy="mopps")
+    _, sampler, loader = make_loader(parquet, tokenizer, cfg)
+    rng = np.random.default_rng(1)
+    scored: list = []
+    it = iter(loader)
+    for _ in range(3):
+        sampler.update(simulate_step(next(it), rng, scored))
+    buf = io.BytesIO()
+    torch.save(loader.state_dict(), buf)  # RayPPOTrainer._save_checkpoint
+    rest = [int(i) for i in next(it)["index"]]  # what the uninterrupted run trains on next
+    alpha_after_3 = sampler.selection.selector.beliefs.alpha.copy()
+
+    _, sampler2, loader2 = make_loader(parquet, tokenizer, cfg)  # a new process resumes
+    buf.seek(0)
+    loader2.load_state_dict(torch.load(buf, weights_only=False))  # RayPPOTrainer._load_checkpoint
+    it2 = iter(loader2)  # torchdata applies the saved state when fit() starts iterating
+    assert np.array_equal(sampler2.selection.selector.beliefs.alpha, alpha_after_3)
+    assert sampler2.selection.observed == 3
+    batches = list(it2)
+    assert [int(i) for i in batches[0]["index"]] == rest
+    assert len(batches) == N_PROMPTS // BATCH - 3  # the rest of the epoch
+    state = sampler2.state_dict()
+    assert json.loads(json.dumps(state)) == state
+
+
+def test_prefilter_and_errors(parquet, tokenizer, tmp_path):
+    audit = tmp_path / "mixed.jsonl"
+    kept = ["add:13+8", "add:19+10", "add:22+11", "add:31+14"]
+    audit.write_text("".join(json.dumps({"uid": u}) + "\n" for u in kept))
+    cfg = data_config(parquet, strategy="prefilter", strategy_kwargs={"audit_file": str(audit)}, uid_key="uid")
+    dataset, sampler, loader = make_loader(parquet, tokenizer, cfg)
+    ids = {int(i) for b in loader for i in b["index"]}
+    uid_of = {info["index"]: info["uid"] for info in dataset.dataframe["extra_info"]}
+    assert {uid_of[i] for i in ids} == set(kept)
+
+    bad = data_config(parquet, strategy="dapo")
+    with pytest.raises(ValueError, match="acts on responses"):
+        make_loader(parquet, tokenizer, bad)
+    workers = data_config(parquet, strategy="insight")
+    workers.dataloader_num_workers = 2
+    with pytest.raises(ValueError, match="num_workers"):
+        CurationSampler(RLHFDataset(data_files=[str(parquet)], tokenizer=tokenizer, config=workers), workers)
+
+
+def test_pool_baseline_advantage_is_registered_with_verl():
+    """The advantage hook a response-level strategy needs (appendix A2): verl's registry returns it,
+    and it matches rlcurate's own pool-baseline GRPO advantage (up to the pool-size correction)."""
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from rlcurate.curation.base import Group
+    from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, pool_baseline_advantage
+    from rlcurate.tasks.base import Problem
+    from rlcurate.train.trainer import group_advantages
+
+    fn = core_algos.get_adv_estimator_fn(POOL_ADV_ESTIMATOR)
+    assert fn is pool_baseline_advantage
+    rewards = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    p_hat, pool = 0.375, 10**6  # a large pool: the n / (n - 1) correction vanishes
+    L = 5
+    tl = torch.zeros(6, L)
+    tl[:, 2] = torch.as_tensor(rewards, dtype=torch.float32)
+    mask = torch.ones(6, L)
+    mask[:, 3:] = 0
+    adv, ret = fn(token_level_rewards=tl, response_mask=mask, index=np.array(["u"] * 6, dtype=object),
+                  reward_baselines=torch.full((6,), p_hat), config=None)
+    g = Group(index=0, problem=Problem("u", "q", "a"), prompt="p", completions=[None] * 6, rewards=rewards,
+              baseline=p_hat, pool_size=pool)
+    expected = group_advantages(g, "grpo", 1e-6)
+    assert torch.allclose(adv[:, 0], torch.as_tensor(expected, dtype=torch.float32), atol=1e-5)
+    assert torch.all(adv[:, 3:] == 0) and torch.equal(adv, ret)
+    # without a pool baseline it is verl's own GRPO
+    a2, _ = fn(token_level_rewards=tl, response_mask=mask, index=np.array(["u"] * 6, dtype=object))
+    a3, _ = core_algos.compute_grpo_outcome_advantage(tl, mask, np.array(["u"] * 6, dtype=object))
+    assert torch.equal(a2, a3)

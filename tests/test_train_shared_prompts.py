@@ -1,0 +1,83 @@
+"""Encoding each prompt of a GRPO group once in the training forward pass (chapter 5; the speed-up is
+measured in appendix A1): same log-probabilities, entropies and gradients as the unshared layout."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
+from rlcurate.train.loss import (
+    TrainSample,
+    _can_share_prompts,
+    aggregation_coefficients,
+    forward_logprobs,
+    plan_micro_batches,
+    policy_loss,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_model(seed=0), build_tiny_tokenizer()
+
+
+def _groups(rng, n_prompts=3, G=4, vocab=50):
+    """G samples per prompt; prompts and completions of different lengths, interleaved in the list."""
+    prompts = [rng.integers(4, vocab, size=rng.integers(1, 9)).tolist() for _ in range(n_prompts - 1)]
+    prompts.append([int(rng.integers(4, vocab))])  # a one-token prompt
+    out = []
+    for g in range(G):
+        for p in prompts:
+            c = rng.integers(4, vocab, size=rng.integers(1, 8)).tolist()
+            out.append(TrainSample(list(p), c, float(rng.normal())))
+    return out
+
+
+def _loss_and_grads(model, samples, pad_id, share):
+    aggregation_coefficients(samples, "token-mean", 8)
+    model.zero_grad()
+    logp, mask, ent = forward_logprobs(model, samples, 0.7, pad_id, with_entropy=True, share_prompts=share)
+    loss, _ = policy_loss(logp, mask, samples, 0.2, 0.28, 0.0)
+    loss.backward()
+    return logp.detach(), mask, ent, float(loss.detach()), [p.grad.clone() for p in model.parameters()]
+
+
+def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(tiny):
+    model, tok = tiny
+    model.train()
+    samples = _groups(np.random.default_rng(0))
+    assert _can_share_prompts(model, samples)
+    a = _loss_and_grads(model, samples, tok.pad_token_id, share=False)
+    b = _loss_and_grads(model, samples, tok.pad_token_id, share=True)
+    assert torch.equal(a[1], b[1])  # same right-aligned layout
+    assert torch.allclose(a[0][a[1]], b[0][b[1]], atol=1e-5)
+    assert torch.allclose(a[2][a[1]], b[2][b[1]], atol=1e-5)
+    assert a[3] == pytest.approx(b[3], abs=1e-6)
+    for ga, gb in zip(a[4], b[4]):
+        assert torch.allclose(ga, gb, atol=1e-6, rtol=1e-4)
+
+
+def test_sharing_is_skipped_when_it_cannot_help_or_be_exact(tiny):
+    model, _ = tiny
+    distinct = [TrainSample([5, 6, 7], [8], 0.0), TrainSample([5, 6], [9], 0.0)]
+    assert not _can_share_prompts(model, distinct)
+    sliding = type("Cfg", (), {"layer_types": ["full_attention", "sliding_attention"]})()
+    assert not _can_share_prompts(type("M", (), {"config": sliding})(), [TrainSample([5], [8], 0.0)] * 2)
+
+
+def test_micro_batches_keep_groups_together():
+    rng = np.random.default_rng(1)
+    samples = _groups(rng, n_prompts=5, G=4)
+    plan = plan_micro_batches(samples, token_budget=10**6)
+    assert len(plan) == 1
+    order = plan[0]
+    keys = [tuple(samples[i].prompt_ids) for i in order]
+    # each prompt's samples are contiguous
+    seen = []
+    for k in keys:
+        if not seen or seen[-1] != k:
+            assert k not in seen
+            seen.append(k)
+    # distinct prompts: the historical order (longest first, ties by index)
+    distinct = [TrainSample([i, 7, 8][: 1 + i % 3], [9] * (1 + i % 4), 0.0) for i in range(3, 12)]
+    assert plan_micro_batches(distinct, 10**6)[0] == sorted(range(9), key=lambda i: (-distinct[i].length, i))
