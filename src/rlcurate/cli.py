@@ -4,6 +4,7 @@
     rlcurate audit ...                                                 the variance audit (ch. 4)
     rlcurate warmstart ...                                             supervised warm-start of the tiny model (ch. 4)
     rlcurate serve ...                                                 an OpenAI-compatible server for a checkpoint
+    rlcurate runs --suite configs/suites/NAME.yaml                     reference runs committed as JSON (ch. 5-10)
     rlcurate strategies                                                list the curation strategies
 
 Each sub-command's ``--help`` lists its options.
@@ -69,6 +70,7 @@ COMMANDS = {
     "audit": _delegate("rlcurate.audit.cli"),
     "warmstart": _delegate("rlcurate.models.warmstart"),
     "serve": _delegate("rlcurate.rollout.server"),
+    "runs": _delegate("rlcurate.experiments"),
     "strategies": _strategies,
 }
 

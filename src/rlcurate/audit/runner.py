@@ -629,7 +629,7 @@ def _run_locked(config, out, engine, tokenizer, task, problems, uids, reward_fn,
     reward_fn = reward_fn or task.reward
     params = config.sampling_params()
 
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     remaining = sum(1 for c in todo for i in range(c * C, min(n, (c + 1) * C)) for r in range(N)
                     if (i, r) not in done)

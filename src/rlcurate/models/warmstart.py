@@ -566,7 +566,7 @@ class _Run:
                                         "eval": summary, "hint_eval": hints}
 
     def run(self) -> dict:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         cfg, model = self.cfg, self.model
         data_rng = np.random.default_rng([cfg.seed, 1])

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .base import Completion, Prompt, RolloutEngine, SamplingParams, find_stop
 from .sampling import sample_next, uniforms

@@ -17,7 +17,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .base import Completion, RolloutEngine, SamplingParams, prompt_seed
 

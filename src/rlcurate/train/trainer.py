@@ -401,7 +401,7 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
         """Train until ``config.steps``; returns the final evaluation and totals."""
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         c = self.config
         if self.step == 0 and self.metrics.lines == 0:

@@ -1,0 +1,171 @@
+"""Reference runs: suites of training runs made by a command, committed as JSON (chapters 5-10).
+
+Long runs are not made inside the notebooks. A *suite* (a YAML file in ``configs/suites/``) names a
+base config, overrides shared by every run, the seeds, and one entry per run (usually one strategy)::
+
+    name: end_to_end
+    base: configs/tiny_uniform.yaml
+    overrides: {max_rollouts: 25600, steps: 1000, eval_every: 10}
+    seeds: [0, 1, 2]
+    runs:
+      uniform: {}
+      ada_seq_balanced: {strategy: ada_seq_balanced}
+
+``rlcurate runs --suite configs/suites/end_to_end.yaml`` trains every (run, seed) that has no result
+yet, a few at a time (``--jobs``), each in its own process, and writes
+``data/runs/<suite>/<run>_s<seed>.json``: the config, seed, git SHA, package versions, device, wall
+time, the command that regenerates it, and the per-step metrics the chapters plot. A finished result
+is never recomputed unless ``--force`` is given, so an interrupted suite resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlcurate.train.config import TrainConfig
+
+# Per-step keys kept in a reference run (the rest of metrics.jsonl stays in the scratch run folder).
+KEEP_PREFIXES = ("eval/", "total/", "time/", "curation/")
+KEEP_KEYS = {"step", "reward_mean", "effective_prompt_ratio", "frac_all_right", "frac_all_wrong", "rollouts",
+             "generated_tokens", "trained_tokens", "groups_trained", "groups_trained_mixed",
+             "samples_nonzero_adv", "entropy", "grad_norm", "clip_frac", "kl_ref"}
+
+
+def load_suite(path: str | Path) -> dict[str, Any]:
+    """Read and check a suite file; errors name the file and the problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"suite file not found: {path}")
+    suite = yaml.safe_load(path.read_text()) or {}
+    for key in ("name", "base", "runs"):
+        if key not in suite:
+            raise ValueError(f"{path}: missing key {key!r} (a suite needs name, base, runs)")
+    if not isinstance(suite["runs"], dict) or not suite["runs"]:
+        raise ValueError(f"{path}: runs must be a non-empty mapping of run name to config overrides")
+    suite.setdefault("overrides", {})
+    suite.setdefault("seeds", [0])
+    suite["_path"] = str(path)
+    return suite
+
+
+def run_config(suite: dict[str, Any], name: str, seed: int, scratch: Path) -> TrainConfig:
+    """The full training config of one (run, seed) of a suite."""
+    base = yaml.safe_load(Path(suite["base"]).read_text()) or {}
+    data = {**base, **suite["overrides"], **(suite["runs"][name] or {})}
+    data.update(seed=int(seed), out_dir=str(scratch / f"{name}_s{seed}"), resume=True, progress=False)
+    return TrainConfig.from_dict(data, source=f"{suite['_path']}:{name}")
+
+
+def result_path(out: Path, name: str, seed: int) -> Path:
+    return out / f"{name}_s{seed}.json"
+
+
+def regenerate_command(suite: dict[str, Any], name: str, seed: int) -> str:
+    return f"rlcurate runs --suite {suite['_path']} --only {name} --seeds {seed} --force"
+
+
+def _compact(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k in KEEP_KEYS or k.startswith(KEEP_PREFIXES)}
+
+
+def run_one(suite: dict[str, Any], name: str, seed: int, out: Path, scratch: Path) -> dict[str, Any]:
+    """Train one (run, seed) in a subprocess and write its reference-run JSON."""
+    config = run_config(suite, name, seed, scratch)
+    cfg_file = scratch / f"{name}_s{seed}.yaml"
+    cfg_file.write_text(yaml.safe_dump(config.to_dict()))
+    cmd = [sys.executable, "-m", "rlcurate.cli", "train", "--config", str(cfg_file)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"run {name} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    run_dir = Path(config.out_dir)
+    metrics = [_compact(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    env = json.loads((run_dir / "environment.json").read_text()) if (run_dir / "environment.json").exists() else {}
+    result = {
+        "suite": suite["name"], "run": name, "seed": int(seed), "config": config.to_dict(),
+        "command": regenerate_command(suite, name, seed), "environment": env,
+        "wall_seconds": wall, "summary": json.loads((run_dir / "summary.json").read_text()),
+        "metrics": metrics,
+    }
+    path = result_path(out, name, seed)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=None, separators=(",", ":")) + "\n")
+    tmp.replace(path)
+    return result
+
+
+def load_results(out: str | Path) -> list[dict[str, Any]]:
+    """All reference runs in a folder, sorted by run name and seed."""
+    files = sorted(Path(out).glob("*_s*.json"))
+    return sorted((json.loads(f.read_text()) for f in files), key=lambda r: (r["run"], r["seed"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlcurate runs", description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", required=True, help="suite YAML (configs/suites/NAME.yaml)")
+    parser.add_argument("--out", help="result folder (default data/runs/<suite name>)")
+    parser.add_argument("--only", help="comma-separated run names (default: all)")
+    parser.add_argument("--seeds", help="comma-separated seeds (default: the suite's)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses the config's threads)")
+    parser.add_argument("--scratch", help="folder for the runs' checkpoints and logs (default runs/<suite>)")
+    parser.add_argument("--force", action="store_true", help="recompute results that already exist")
+    parser.add_argument("--list", action="store_true", help="print the (run, seed) pairs and their status")
+    args = parser.parse_args(argv)
+    try:
+        suite = load_suite(args.suite)
+    except ValueError as exc:
+        parser.error(str(exc))
+    names = list(suite["runs"]) if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in names if n not in suite["runs"]]
+    if unknown:
+        parser.error(f"unknown run(s) {unknown}; the suite has {list(suite['runs'])}")
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [int(s) for s in suite["seeds"]]
+    out = Path(args.out or Path("data") / "runs" / suite["name"])
+    scratch = Path(args.scratch or Path("runs") / suite["name"])
+    out.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    todo = [(n, s) for n in names for s in seeds if args.force or not result_path(out, n, s).exists()]
+    if args.list:
+        for n in names:
+            for s in seeds:
+                print(f"{n:28s} seed {s}: {'done' if result_path(out, n, s).exists() else 'missing'}")
+        return 0
+    for n, s in todo:  # validate every config before spending compute
+        run_config(suite, n, s, scratch)
+        if args.force:
+            shutil.rmtree(scratch / f"{n}_s{s}", ignore_errors=True)
+    print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time)", flush=True)
+    failures = []
+
+    def work(item):
+        n, s = item
+        t0 = time.perf_counter()
+        try:
+            r = run_one(suite, n, s, out, scratch)
+            final = (r["summary"].get("final_eval") or {}).get("eval/accuracy")
+            print(f"done {n} seed {s} in {time.perf_counter() - t0:.0f} s, final accuracy {final}", flush=True)
+        except Exception as exc:  # keep going: one failed run must not lose the others
+            failures.append((n, s, str(exc)))
+            print(f"FAILED {n} seed {s}: {exc}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(work, todo))
+    if failures:
+        print(f"{len(failures)} run(s) failed: {[(n, s) for n, s, _ in failures]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
