@@ -81,5 +81,17 @@ class GSM8K(DatasetTask):
             meta={"source": source, "line": record.line, "split": split, "n_steps": len(steps)},
         )
 
+    def split(self, completion: str) -> tuple[str, str | None]:
+        """``(reasoning, answer)`` of a completion, cut at its last ``####`` (chapter 8: DRO replaces the
+        answer by the reference ``"\\n#### <gold>"`` after the reasoning). The reasoning drops the
+        whitespace right before the marker; the answer is the stripped text after it, ``None`` (and the
+        whole text is reasoning) when there is no marker. Never raises on a string."""
+        if not isinstance(completion, str):
+            raise ValueError(f"completion must be a string, got {type(completion).__name__}")
+        cut = completion.rfind("####")
+        if cut < 0:
+            return completion, None
+        return completion[:cut].rstrip(), completion[cut + 4:].strip()
+
     def _score(self, problem: Problem, completion: str) -> Reward:
         return gsm8k_reward(completion, problem.answer, require_marker=self.require_marker)
