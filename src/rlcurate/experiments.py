@@ -58,9 +58,21 @@ def load_suite(path: str | Path) -> dict[str, Any]:
     return suite
 
 
+def _find(relative: str, suite_path: Path) -> Path:
+    """``relative`` from the working directory, else from the first folder above the suite file that
+    holds it (suites name their base config relative to the repository root)."""
+    path = Path(relative)
+    if path.is_absolute() or path.exists():
+        return path
+    for parent in suite_path.resolve().parents:
+        if (parent / path).exists():
+            return parent / path
+    raise ValueError(f"{suite_path}: base config {relative!r} not found")
+
+
 def run_config(suite: dict[str, Any], name: str, seed: int, scratch: Path) -> TrainConfig:
     """The full training config of one (run, seed) of a suite."""
-    base = yaml.safe_load(Path(suite["base"]).read_text()) or {}
+    base = yaml.safe_load(_find(suite["base"], Path(suite["_path"])).read_text()) or {}
     data = {**base, **suite["overrides"], **(suite["runs"][name] or {})}
     data.update(seed=int(seed), out_dir=str(scratch / f"{name}_s{seed}"), resume=True, progress=False)
     return TrainConfig.from_dict(data, source=f"{suite['_path']}:{name}")
