@@ -113,13 +113,14 @@ def _ci(values: np.ndarray, level: float) -> tuple[float, float]:
 
 def compare_to_baseline(curves: Mapping[str, Sequence[Curve]], baseline: str = "uniform",
                         budget: float | None = None, n_boot: int = 4000, level: float = 0.95,
-                        grid_points: int = 401, seed: int = 0, gain_fraction: float = 1.0
-                        ) -> dict[str, dict[str, Any]]:
+                        grid_points: int = 401, seed: int = 0, gain_fraction: float = 1.0,
+                        window: int = 3) -> dict[str, dict[str, Any]]:
     """Rollouts (or whatever ``x`` measures) to reach the baseline's final accuracy, per strategy.
 
     The target is the baseline's final accuracy, the mean over its seeds of :func:`final_accuracy`
     (with ``gain_fraction`` < 1: the start plus that fraction of the baseline's gain, a target that
-    strategies slower than the baseline can also reach within the budget).
+    strategies slower than the baseline can also reach within the budget). ``window`` is the
+    smoothing of :func:`smooth` (1 for curves measured without noise, as in the simulated world).
     A strategy's cost to target is the first crossing of its seed-averaged smoothed curve
     (:func:`mean_curve`); its ``ratio`` is that cost over the baseline's own (below 1: it gets there
     with less compute). The interval is a percentile bootstrap that resamples seeds, with replacement,
@@ -141,7 +142,7 @@ def compare_to_baseline(curves: Mapping[str, Sequence[Curve]], baseline: str = "
     rng = np.random.default_rng(seed)
 
     # per-seed curves on the grid, once; a bootstrap resample only averages rows
-    on_grid = {name: np.array([mean_curve([c], grid) for c in cs]) for name, cs in curves.items()}
+    on_grid = {name: np.array([mean_curve([c], grid, window) for c in cs]) for name, cs in curves.items()}
     finals = {name: np.array([final_accuracy(c) for c in cs]) for name, cs in curves.items()}
 
     def cost(rows: np.ndarray, target: float) -> float:
