@@ -74,3 +74,18 @@ def test_resume_refuses_nothing_and_truncates_metrics(tmp_path):
     tr = Trainer(TrainConfig.from_dict({**cfg, "steps": 4}))
     assert tr.step == 4 and tr.metrics.lines == len(full)
     assert _metrics(out) == full
+
+
+def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):
+    """Regression: such a step used to re-apply the previous step's gradient (found in chapter 5)."""
+    import torch
+
+    tr = Trainer(TrainConfig.from_dict({**_config(tmp_path / "run"), "steps": 1, "eval_every": 0,
+                                        "checkpoint_every": 0}))
+    tr.train_step(0)  # a normal step leaves gradients (and Adam moments) behind
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    lr_before = tr.scheduler.get_last_lr()
+    out = tr._update([])
+    assert out["grad_norm"] == 0.0 and out["loss"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+    assert len(tr.scheduler.get_last_lr()) == len(lr_before)  # the schedule moved on without error

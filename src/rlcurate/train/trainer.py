@@ -284,6 +284,9 @@ class Trainer:
         c = self.config
         out = {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "kl_ref": 0.0}
         if not samples:  # every group was uniform: nothing to learn, but the schedule moves on
+            # No gradient at all, not a stale one: with every grad None the optimizer leaves the
+            # parameters (and Adam's moments) untouched; calling it keeps the scheduler's order.
+            self.optimizer.zero_grad(set_to_none=True)
             self.optimizer.step()
             self.scheduler.step()
             return out
