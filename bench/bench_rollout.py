@@ -22,7 +22,7 @@ import os
 import platform
 import random
 import statistics
-import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,25 +32,10 @@ import transformers
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer, count_params, tiny_config
 from rlcurate.rollout import SamplingParams, TransformersEngine
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_name, git_sha  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def git_sha() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def make_prompts(k: int, rng: random.Random) -> list[str]:
