@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from rlcurate.audit import (AuditConfig, AuditError, AuditStopped, audit_order, beta_uniform_prob, chunk_seed,
                             load_audit, read_runs, run_audit, summarize, write_summary)
@@ -21,12 +20,7 @@ from rlcurate.stats import fit_beta_prior, pass_at_k_curve
 TASK_KW = {"levels": ["add1", "add2", "mul1"], "n_test": 8}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

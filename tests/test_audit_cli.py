@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from rlcurate.audit.cli import main
 from rlcurate.audit.runner import RUNS_FILE
@@ -18,12 +17,7 @@ from rlcurate.audit.runner import RUNS_FILE
 NAME = "tiny-random"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ Bayesian allocation, exact resume, and smoke runs on the tiny model."""
 import copy
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,7 +27,6 @@ from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimEngine, SimTask, SimTrainer
 from rlcurate.train.trainer import group_advantages
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -412,36 +410,16 @@ def test_ada_seq_resume_is_exact(spread, name):
 
 
 # ------------------------------------------------------------------------------------------ tiny model
-@pytest.fixture(scope="module")
-def tiny():
-    spread_ckpt = ROOT / "data" / "tiny" / "spread"
-    if spread_ckpt.exists():
-        from rlcurate.models import load_policy
-
-        model, tok = load_policy(str(spread_ckpt), device="cpu", dtype="fp32")
-    else:
-        from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
-
-        model, tok = build_tiny_model(seed=0), build_tiny_tokenizer()
-    from rlcurate.tasks.arithmetic import ArithmeticTask
-
-    import torch
-
-    threads = torch.get_num_threads()  # the smoke runs use threads=1 (much faster on a busy 2-core CPU)
-    yield model, tok, ArithmeticTask(levels=["add2", "add3"], n_train=64, n_test=8)
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy,kw", [
     ("ada_seq_balanced", {"max_rounds": 2, "round_repeat": 4}),
     ("ada_seq_positive", {"max_rounds": 2, "round_repeat": 4, "correction": "inverse_p"}),
     ("ada_est", {}),
 ])
-def test_smoke_on_the_tiny_model(tiny, tmp_path, strategy, kw):
+def test_smoke_on_the_tiny_model(spread_policy, tmp_path, strategy, kw):
     from rlcurate.train import TrainConfig, Trainer
 
-    model, tok, task = tiny
+    model, tok, task = spread_policy
     cfg = TrainConfig(strategy=strategy, strategy_kwargs=kw, steps=2, prompts_per_step=4, group_size=4,
                       max_new_tokens=24, eval_every=0, out_dir=str(tmp_path), progress=False, save_model=False,
                       threads=1,

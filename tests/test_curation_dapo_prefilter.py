@@ -4,7 +4,6 @@ smoke run on the tiny model, exact resume."""
 import copy
 import json
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,6 @@ from rlcurate.rollout.base import SamplingParams
 from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimEngine, SimTask, SimTrainer
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -253,30 +251,10 @@ def test_prefilter_resume_is_exact(three_kinds):
 
 
 # ------------------------------------------------------------------------------------------ tiny model
-@pytest.fixture(scope="module")
-def tiny():
-    spread = ROOT / "data" / "tiny" / "spread"
-    if spread.exists():
-        from rlcurate.models import load_policy
-
-        model, tok = load_policy(str(spread), device="cpu", dtype="fp32")
-    else:
-        from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
-
-        model, tok = build_tiny_model(seed=0), build_tiny_tokenizer()
-    from rlcurate.tasks.arithmetic import ArithmeticTask
-
-    import torch
-
-    threads = torch.get_num_threads()  # the smoke runs use threads=1 (much faster on a busy 2-core CPU)
-    yield model, tok, ArithmeticTask(levels=["add2", "add3"], n_train=64, n_test=8)
-    torch.set_num_threads(threads)
-
-
-def tiny_run(tiny, tmp_path, strategy, **strategy_kwargs):
+def tiny_run(spread_policy, tmp_path, strategy, **strategy_kwargs):
     from rlcurate.train import TrainConfig, Trainer
 
-    model, tok, task = tiny
+    model, tok, task = spread_policy
     cfg = TrainConfig(strategy=strategy, strategy_kwargs=strategy_kwargs, steps=2, prompts_per_step=4, group_size=4,
                       max_new_tokens=24, eval_every=0, out_dir=str(tmp_path), progress=False, save_model=False,
                       threads=1)
@@ -286,8 +264,8 @@ def tiny_run(tiny, tmp_path, strategy, **strategy_kwargs):
 
 
 @pytest.mark.slow
-def test_dapo_smoke_on_the_tiny_model(tiny, tmp_path):
-    tr, rec = tiny_run(tiny, tmp_path, "dapo", max_num_gen_batches=2)
+def test_dapo_smoke_on_the_tiny_model(spread_policy, tmp_path):
+    tr, rec = tiny_run(spread_policy, tmp_path, "dapo", max_num_gen_batches=2)
     steps = [r for r in rec if "rollouts" in r]
     assert len(steps) == 2
     for r in steps:
@@ -297,12 +275,12 @@ def test_dapo_smoke_on_the_tiny_model(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_prefilter_smoke_on_the_tiny_model(tiny, tmp_path):
-    _, _, task = tiny
+def test_prefilter_smoke_on_the_tiny_model(spread_policy, tmp_path):
+    _, _, task = spread_policy
     uids = [p.uid for p in task.problems("train")[:6]]
     audit = tmp_path / "audit.jsonl"
     audit.write_text("".join(json.dumps({"uid": u}) + "\n" for u in uids))
-    tr, rec = tiny_run(tiny, tmp_path / "run", "prefilter", audit_file=str(audit))
+    tr, rec = tiny_run(spread_policy, tmp_path / "run", "prefilter", audit_file=str(audit))
     steps = [r for r in rec if "rollouts" in r]
     assert [r["rollouts"] for r in steps] == [16, 16]
     assert tr.curator.selector.kept == list(range(6))

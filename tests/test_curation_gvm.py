@@ -4,7 +4,6 @@ the language-model gradient norms, exact resume, and a smoke run on the tiny mod
 import copy
 import json
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimEngine, SimTask, SimTrainer
 from rlcurate.stats import gvm_allocation
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -192,29 +190,11 @@ def test_lm_grad_norms_match_a_direct_autograd_computation(tiny_model):
 
 
 # ------------------------------------------------------------------------------------------ tiny model
-@pytest.fixture(scope="module")
-def tiny():
-    spread = ROOT / "data" / "tiny" / "spread"
-    if spread.exists():
-        from rlcurate.models import load_policy
-
-        model, tok = load_policy(str(spread), device="cpu", dtype="fp32")
-    else:
-        from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
-
-        model, tok = build_tiny_model(seed=0), build_tiny_tokenizer()
-    from rlcurate.tasks.arithmetic import ArithmeticTask
-
-    threads = torch.get_num_threads()  # the smoke runs use threads=1 (much faster on a busy 2-core CPU)
-    yield model, tok, ArithmeticTask(levels=["add2", "add3"], n_train=64, n_test=8)
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
-def test_gvm_smoke_on_the_tiny_model_and_the_trainer_grad_norms(tiny, tmp_path):
+def test_gvm_smoke_on_the_tiny_model_and_the_trainer_grad_norms(spread_policy, tmp_path):
     from rlcurate.train import TrainConfig, Trainer
 
-    model, tok, task = tiny
+    model, tok, task = spread_policy
     cfg = TrainConfig(strategy="gvm", strategy_kwargs={"pilot": 2, "min_per_prompt": 1}, steps=2, prompts_per_step=4,
                       group_size=4, max_new_tokens=24, eval_every=0, out_dir=str(tmp_path), progress=False,
                       save_model=False, threads=1)

@@ -16,11 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
-from test_rollout import PROMPTS, char_tokenizer, one_thread, tiny_model  # noqa: F401 (fixture)
+from test_rollout import PROMPTS, char_tokenizer, tiny_model
 
 from rlcurate.rollout import (MalformedResponseError, OpenAIEngine, OpenAIServerError, SamplingParams,
                               TransformersEngine, prompt_seed)
 from rlcurate.rollout.server import make_server
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 NAME = "tiny-random"
 

@@ -32,14 +32,7 @@ def tiny_model(seed: int = 0):
 PROMPTS = ["<|user|>12+34=<|assistant|>", "1+1=", "<|user|>987*65=<|assistant|>", "a"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: the tiny model's ops are too small to gain from two, and on a busy two-core
-    machine two OpenMP threads per process can make them a hundred times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

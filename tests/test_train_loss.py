@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from rlcurate.curation.base import Group
-from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
 from rlcurate.tasks.base import Problem
 from rlcurate.train import TrainConfig, group_advantages
 from rlcurate.train.loss import (
@@ -16,11 +15,6 @@ from rlcurate.train.loss import (
     policy_loss,
 )
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    return build_tiny_model(seed=0).eval(), build_tiny_tokenizer()
 
 
 def _samples(rng, n=6, vocab=40):
@@ -46,8 +40,8 @@ def test_aggregation_coefficients_sum_to_the_right_normaliser():
         aggregation_coefficients(s, "sum", 8)
 
 
-def test_forward_logprobs_match_a_plain_forward(tiny):
-    model, tok = tiny
+def test_forward_logprobs_match_a_plain_forward(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
     rng = np.random.default_rng(1)
     samples = _samples(rng)
     logp, mask, ent = forward_logprobs(model, samples, temperature=1.0, pad_id=tok.pad_token_id, with_entropy=True)
@@ -60,9 +54,9 @@ def test_forward_logprobs_match_a_plain_forward(tiny):
         assert (ent[r, mask[r]] > 0).all()
 
 
-def test_ratio_one_gradient_is_reinforce(tiny):
+def test_ratio_one_gradient_is_reinforce(tiny_model_and_tokenizer):
     """On-policy with no clipping active, the loss gradient is -sum kappa A grad log pi."""
-    model, tok = tiny
+    model, tok = tiny_model_and_tokenizer
     rng = np.random.default_rng(2)
     samples = _samples(rng, n=3)
     aggregation_coefficients(samples, "token-mean", 8)
@@ -82,8 +76,8 @@ def test_ratio_one_gradient_is_reinforce(tiny):
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g1, g2))
 
 
-def test_clipping_stops_the_gradient_outside_the_trust_region(tiny):
-    model, tok = tiny
+def test_clipping_stops_the_gradient_outside_the_trust_region(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
     s = TrainSample([5, 6, 7], [8, 9], advantage=1.0)
     aggregation_coefficients([s], "token-mean", 4)
     logp, mask, _ = forward_logprobs(model, [s], 1.0, tok.pad_token_id)
@@ -95,8 +89,8 @@ def test_clipping_stops_the_gradient_outside_the_trust_region(tiny):
     assert all(p.grad is None or float(p.grad.abs().max()) == 0 for p in model.parameters())
 
 
-def test_kl_term_is_zero_at_the_reference(tiny):
-    model, tok = tiny
+def test_kl_term_is_zero_at_the_reference(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
     s = TrainSample([5, 6, 7], [8, 9, 10], advantage=0.0)
     aggregation_coefficients([s], "token-mean", 4)
     logp, mask, _ = forward_logprobs(model, [s], 1.0, tok.pad_token_id)

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
 from rlcurate.train.loss import (
     TrainSample,
     _can_share_prompts,
@@ -15,10 +14,6 @@ from rlcurate.train.loss import (
     policy_loss,
 )
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    return build_tiny_model(seed=0), build_tiny_tokenizer()
 
 
 def _groups(rng, n_prompts=3, G=4, vocab=50):
@@ -42,8 +37,8 @@ def _loss_and_grads(model, samples, pad_id, share):
     return logp.detach(), mask, ent, float(loss.detach()), [p.grad.clone() for p in model.parameters()]
 
 
-def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(tiny):
-    model, tok = tiny
+def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
     model.train()
     samples = _groups(np.random.default_rng(0))
     assert _can_share_prompts(model, samples)
@@ -57,8 +52,8 @@ def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(tiny):
         assert torch.allclose(ga, gb, atol=1e-6, rtol=1e-4)
 
 
-def test_sharing_is_skipped_when_it_cannot_help_or_be_exact(tiny):
-    model, _ = tiny
+def test_sharing_is_skipped_when_it_cannot_help_or_be_exact(tiny_model_and_tokenizer):
+    model, _ = tiny_model_and_tokenizer
     distinct = [TrainSample([5, 6, 7], [8], 0.0), TrainSample([5, 6], [9], 0.0)]
     assert not _can_share_prompts(model, distinct)
     sliding = type("Cfg", (), {"layer_types": ["full_attention", "sliding_attention"]})()
