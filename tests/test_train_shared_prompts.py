@@ -76,3 +76,30 @@ def test_micro_batches_keep_groups_together():
     # distinct prompts: the historical order (longest first, ties by index)
     distinct = [TrainSample([i, 7, 8][: 1 + i % 3], [9] * (1 + i % 4), 0.0) for i in range(3, 12)]
     assert plan_micro_batches(distinct, 10**6)[0] == sorted(range(9), key=lambda i: (-distinct[i].length, i))
+
+
+def _plain_logprobs(model, s):
+    """Log-probabilities of ``s``'s completion from one unbatched forward pass of the whole sequence."""
+    ids = torch.tensor([s.prompt_ids + s.completion_ids])
+    with torch.no_grad():
+        full = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+    return full[len(s.prompt_ids) - 1:].gather(1, torch.tensor(s.completion_ids)[:, None]).squeeze(1)
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("max_len", [1, 6])
+def test_both_layouts_match_an_unbatched_forward(tiny_model_and_tokenizer, share, max_len):
+    """Neither layout feeds a row's last token (its logits predict nothing); the log-probabilities are
+    still those of a full unbatched forward pass, one-token completions included."""
+    model, tok = tiny_model_and_tokenizer
+    rng = np.random.default_rng(max_len)
+    prompts = [rng.integers(4, 50, size=n).tolist() for n in (1, 3, 7)]
+    samples = [TrainSample(list(p), rng.integers(4, 50, size=rng.integers(1, max_len + 1)).tolist(), 1.0)
+               for _ in range(3) for p in prompts]
+    with torch.no_grad():
+        logp, mask, ent = forward_logprobs(model, samples, 1.0, tok.pad_token_id, with_entropy=True,
+                                           share_prompts=share)
+    assert mask.shape[1] == max(len(s.completion_ids) for s in samples)
+    for r, s in enumerate(samples):
+        assert torch.allclose(logp[r, mask[r]], _plain_logprobs(model, s), atol=1e-5)
+        assert (ent[r, mask[r]] > 0).all()

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from .base import Completion, Prompt, RolloutEngine, SamplingParams, find_stop
-from .sampling import sample_next, uniforms
+from .sampling import row_keys, sample_next, step_uniforms
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +176,12 @@ class TransformersEngine(RolloutEngine):
         logits = out.logits[:, -1, :][expand]
         if len(uniq) < B:  # share each prompt's KV cache among its samples
             past.batch_select_indices(expand)
-        attn = attn[expand]
+        # the attention mask of the whole decode, allocated once: step t attends to the first L + t + 1
+        # columns (a growing cache would otherwise concatenate one column at every step)
+        attn = torch.cat([attn[expand], attn.new_ones((B, max(params.max_new_tokens - 1, 0)))], dim=1)
         next_pos = pos[expand, -1] + 1
 
-        prompt_idx = np.array([i for i, _ in rows], dtype=np.uint64)
-        sample_idx = np.array([j for _, j in rows], dtype=np.uint64)
+        keys = row_keys(seed, [i for i, _ in rows], [j for _, j in rows])  # uniforms(seed, i, j, t), per t
         gen: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
         reason: list[str | None] = [None] * B
@@ -190,7 +191,7 @@ class TransformersEngine(RolloutEngine):
 
         for t in range(params.max_new_tokens):
             rows_now = cur.tolist()
-            u = uniforms(seed, prompt_idx[rows_now], sample_idx[rows_now], t)
+            u = step_uniforms(keys[rows_now], t)
             tok, lp = sample_next(logits, params.temperature, params.top_k, params.top_p, u)
             tok_l, lp_l = tok.tolist(), lp.tolist()
             is_eos = torch.isin(tok, eos).tolist() if len(eos) else [False] * len(rows_now)
@@ -209,9 +210,8 @@ class TransformersEngine(RolloutEngine):
                 keep = torch.tensor(live, device=dev)
                 past.batch_select_indices(keep)
                 attn, next_pos, tok, cur = attn[keep], next_pos[keep], tok[keep], cur[keep.cpu()]
-            attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=1)
-            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                             past_key_values=past, use_cache=True)
+            out = self.model(input_ids=tok[:, None], attention_mask=attn[:, : L + t + 1],
+                             position_ids=next_pos[:, None], past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1, :]
             next_pos = next_pos + 1
 

@@ -31,15 +31,27 @@ def uniforms(seed: int, prompt_index, sample_index, step: int) -> np.ndarray:
     """Uniform numbers in [0, 1), one per row, as a hash of ``(seed, prompt, sample, step)``.
 
     ``u = H(H(H(H(seed) xor i) xor j) xor t) / 2**64`` with ``H`` the SplitMix64 mixer, keeping the
-    top 53 bits so that ``u`` is an exact float64. Used by :class:`TransformersEngine` (chapter 4).
+    top 53 bits so that ``u`` is an exact float64. Used by :class:`TransformersEngine` (chapter 4),
+    which computes the per-row part ``H(H(H(seed) xor i) xor j)`` once (:func:`row_keys`) and mixes
+    in only the step at each token (:func:`step_uniforms`).
     """
+    return step_uniforms(row_keys(seed, prompt_index, sample_index), step)
+
+
+def row_keys(seed: int, prompt_index, sample_index) -> np.ndarray:
+    """The per-row part of :func:`uniforms`, ``H(H(H(seed) xor i) xor j)`` as uint64."""
     i = np.asarray(prompt_index, dtype=np.uint64)
     j = np.asarray(sample_index, dtype=np.uint64)
     with np.errstate(over="ignore"):
         h = _splitmix64(np.full(i.shape, seed & _MASK64, dtype=np.uint64))
         h = _splitmix64(h ^ i)
-        h = _splitmix64(h ^ j)
-        h = _splitmix64(h ^ np.uint64(step & _MASK64))
+        return _splitmix64(h ^ j)
+
+
+def step_uniforms(keys: np.ndarray, step: int) -> np.ndarray:
+    """:func:`uniforms` of the rows whose :func:`row_keys` are ``keys``, at token ``step``."""
+    with np.errstate(over="ignore"):
+        h = _splitmix64(keys ^ np.uint64(step & _MASK64))
     return (h >> np.uint64(11)).astype(np.float64) * (2.0**-53)
 
 

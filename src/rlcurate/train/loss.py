@@ -105,9 +105,11 @@ def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, 
                      with_entropy: bool = False, share_prompts: bool = True):
     """Log-probabilities of each sample's completion tokens under ``model`` at ``temperature``.
 
-    Sequences are left-padded so that every completion ends at the last position; only the logits of
-    the last (longest completion + 1) positions are computed (``logits_to_keep``), which matters for
-    150k-token vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where
+    Sequences are left-padded so that every completion ends at the last position. The last token of
+    every row is left out of the input: its logits would predict nothing and no later token attends
+    to its key and value, so dropping it changes no number and saves 1 / (longest completion) of the
+    completion positions. Only the logits of the last (longest completion) input positions are
+    computed (``logits_to_keep``), which matters for 150k-token vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where
     row r's completion occupies the last len_r columns.
 
     With ``share_prompts`` (the default), when several samples have the same prompt (the G completions
@@ -131,9 +133,10 @@ def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, 
         comp_mask[r, Lc - len(s.completion_ids):] = True
     ids, attn, comp_mask = ids.to(device), attn.to(device), comp_mask.to(device)
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=Lc + 1,
-                use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature  # predicts the last Lc tokens
+    # input position T - 1 - Lc + c predicts token T - Lc + c; every row's last token is no input
+    out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=position_ids[:, :-1],
+                logits_to_keep=Lc, use_cache=False)
+    logits = out.logits.float() / temperature  # predicts the last Lc tokens
     targets = ids[:, T - Lc:]
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -168,9 +171,10 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
        indexed out to one row per sample (an indexing operation, so the gradients of every sample flow
        back into the shared prompt).
     2. The completions, left-padded to Lc, go through the model on top of that cache (left padding
-       in the middle of a row is masked out; positions continue from each prompt's length). The
-       logits at block column c - 1 predict the token at column c, except at a row's first token,
-       which takes the prompt's logits. Completions end at the last column, as in the unshared layout.
+       in the middle of a row is masked out; positions continue from each prompt's length), all but
+       the last column, whose logits would predict nothing. The logits at block column c - 1 predict
+       the token at column c, except at a row's first token, which takes the prompt's logits.
+       Completions end at the last column, as in the unshared layout.
     """
     device = next(model.parameters()).device
     keys = [tuple(s.prompt_ids) for s in samples]
@@ -202,26 +206,33 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
     if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
         # not a plain growing cache (a model with its own cache type): use the unshared layout
         return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
-    cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
     prompt_logits = out.logits[:, -1, :][expand]  # [b, V]: predicts each row's first token
-    attn = torch.cat([pre_attn[expand], comp_mask.long()], dim=1)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
     # log-probabilities at [b, Lc] from two sources, never concatenating the [b, Lc, V] logits:
     # the prompt's last position predicts column Lc - len_r (the row's first token), block column c - 1
     # predicts column c for every later token
     lp_first_all = F.log_softmax(prompt_logits.float() / temperature, dim=-1)  # [b, V]
-    lp_block_all = F.log_softmax(out.logits[:, :-1, :].float() / temperature, dim=-1)  # [b, Lc - 1, V]
     first_tok = (ids * first).sum(-1)  # [b]
     lp_first = lp_first_all.gather(-1, first_tok[:, None]).squeeze(-1)  # [b]
-    lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
-    logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
+    if Lc > 1:
+        cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
+        attn = torch.cat([pre_attn[expand], comp_mask[:, :-1].long()], dim=1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
+        out = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                    use_cache=True)
+        lp_block_all = F.log_softmax(out.logits.float() / temperature, dim=-1)  # [b, Lc - 1, V]
+        lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
+        logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
+    else:  # one-token completions: the prompt pass predicts them all
+        logp = lp_first[:, None]
     entropy = None
     if with_entropy:
         with torch.no_grad():
             ent_first = -(lp_first_all.exp() * lp_first_all).sum(-1)
-            ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
-            entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
+            if Lc > 1:
+                ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
+                entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
+            else:
+                entropy = ent_first[:, None]
     return logp, comp_mask, entropy
 
 
