@@ -18,3 +18,5 @@ def check(records):
         assert 0.05 < r["wall"] < 5 and 0.05 < r["cpu"] < 5, key
     if records["audit"] is not None:
         assert records["audit"]["samples_per_s"] > 0
+    for ratio in records["forced_run_ratios"]:  # every stored forced-length run, same sanity range
+        assert 0.05 < ratio < 5
