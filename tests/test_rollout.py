@@ -277,6 +277,23 @@ def test_engine_leaves_training_mode_alone(model, tok):
 
 
 # ------------------------------------------------------------------ sampling primitives
+def test_engine_draws_token_t_of_sample_j_of_prompt_i_with_uniforms_i_j_t(engine, model):
+    """The engine's contract: token t of sample j of prompt i is the inverse CDF at uniforms(seed, i, j, t),
+    here replayed one row at a time with an unbatched forward pass per token."""
+    seed, params = 9, SamplingParams(temperature=1.0, max_new_tokens=6)
+    out = engine.generate(PROMPTS, 2, params, seed=seed)
+    for i, group in enumerate(out):
+        for j, c in enumerate(group):
+            x, replay = list(c.prompt_token_ids), []
+            for t in range(len(c.token_ids)):
+                with torch.no_grad():
+                    logits = model(torch.tensor([x])).logits[:, -1, :]
+                token, _ = sample_next(logits, 1.0, 0, 1.0, uniforms(seed, [i], [j], t))
+                replay.append(int(token))
+                x.append(int(token))
+            assert replay == c.token_ids, (i, j)
+
+
 def test_uniforms_are_keyed_and_uniform():
     u = uniforms(0, np.arange(20000) % 100, np.arange(20000) // 100, 3)
     assert u.min() >= 0 and u.max() < 1

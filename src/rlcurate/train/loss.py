@@ -107,10 +107,11 @@ def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, 
 
     Sequences are left-padded so that every completion ends at the last position. The last token of
     every row is left out of the input: its logits would predict nothing and no later token attends
-    to its key and value, so dropping it changes no number and saves 1 / (longest completion) of the
-    completion positions. Only the logits of the last (longest completion) input positions are
-    computed (``logits_to_keep``), which matters for 150k-token vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where
-    row r's completion occupies the last len_r columns.
+    to its key and value, so dropping it changes no number (up to float rounding between batch
+    shapes) and saves 1 / (longest completion) of the completion positions. Only the logits of the
+    last Lc input positions are computed (``logits_to_keep``), which matters for 150k-token
+    vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where row r's
+    completion occupies the last len_r columns.
 
     With ``share_prompts`` (the default), when several samples have the same prompt (the G completions
     of a GRPO group), each distinct prompt is encoded once and its key-value cache is shared by its
@@ -220,19 +221,16 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
         out = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
                     use_cache=True)
         lp_block_all = F.log_softmax(out.logits.float() / temperature, dim=-1)  # [b, Lc - 1, V]
-        lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
-        logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
-    else:  # one-token completions: the prompt pass predicts them all
-        logp = lp_first[:, None]
+    else:  # one-token completions: the prompt pass predicts them all, the block is empty
+        lp_block_all = lp_first_all.new_empty((len(samples), 0, lp_first_all.shape[-1]))
+    lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
+    logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
     entropy = None
     if with_entropy:
         with torch.no_grad():
             ent_first = -(lp_first_all.exp() * lp_first_all).sum(-1)
-            if Lc > 1:
-                ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
-                entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
-            else:
-                entropy = ent_first[:, None]
+            ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
+            entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
     return logp, comp_mask, entropy
 
 
