@@ -99,6 +99,7 @@ def test_run_audit_writes_one_line_per_sample_and_run(engine, tmp_path):
     assert {(r["index"], r["run"]) for r in recs} == {(i, r) for i in range(12) for r in range(4)}
     for r in recs:
         assert set(r) == {"index", "uid", "run", "score", "reason", "completion", "n_tokens", "finish_reason"}
+        assert (r["finish_reason"] == "length") == (r["n_tokens"] == 6)
         assert r["score"] in (0.0, 1.0) and r["finish_reason"] in ("stop", "length") and 1 <= r["n_tokens"] <= 6
     info = json.loads((tmp_path / CONFIG_FILE).read_text())
     assert info["format"] == FORMAT and info["config"]["runs"] == 4 and len(info["samples"]) == 12
@@ -208,8 +209,12 @@ def test_a_raising_reward_function_scores_zero_and_keeps_the_reason(engine, tmp_
     recs = lines_of(tmp_path)
     bad = [r for r in recs if r["uid"].startswith("mul")]
     assert bad and session["complete"] and session["reward_errors"] == len(bad)
-    assert all(r["score"] == 0.0 and r["reason"].startswith("reward error: KeyError") for r in bad)
-    assert summarize(tmp_path)["reward_errors"] == len(bad)
+    assert all(r["score"] == 0.0 and r["reason"].startswith("reward error: KeyError") and r["reward_error"]
+               for r in bad)
+    assert not any("reward_error" in r for r in recs if not r["uid"].startswith("mul"))
+    s = summarize(tmp_path)
+    assert s["reward_errors"]["runs"] == len(bad) and s["reward_errors"]["share"] == pytest.approx(len(bad) / 48)
+    assert s["verdict"]["code"] == "reward_errors" and s["advice"] is None
 
 
 def test_non_numeric_rewards_score_zero(engine, tmp_path):
@@ -304,15 +309,21 @@ def test_summary_of_a_known_matrix(tmp_path):
     assert s["pass_at_k"]["pass_at_k"] == pytest.approx(pass_at_k_curve(scores, [1, 2, 3])["pass_at_k"].tolist())
     assert s["pass_at_k"]["pass_at_k"][-1] == pytest.approx(5 / 8)  # pass@N = best-of-N for binary scores
     assert s["mixed_share"]["share"] == 3 / 8 and s["mixed_share"]["low"] < 3 / 8 < s["mixed_share"]["high"]
-    assert s["advice"]["verdict"] == "high" and s["advice"]["thresholds"] == [0.10, 0.15, 0.30]
+    assert s["verdict"]["code"] == "mixed" and s["verdict"]["text"].startswith("37.5% of the prompts are mixed in 3 runs")
+    assert s["reward_errors"]["runs"] == 0 and s["truncation"] == {"runs": 0, "share": 0.0, "failed_runs": 0,
+                                                                   "failed_share": 0.0, "max_new_tokens": 6}
+    g = s["gate"]["by_group_size"]
+    assert g["3"] == {"share": 3 / 8, "source": "measured"}  # at G = N the measured share is the mixed share
+    assert g["2"]["share"] == pytest.approx(np.mean([0, 0, 0, 2 / 3, 2 / 3, 0, 2 / 3, 0]))
+    assert g["6"]["source"] == "prior" and s["advice"]["share_doubled"] == g["6"]["share"]
     a, b = fit_beta_prior(M.sum(1).astype(int), np.full(8, 3))
     assert s["reliability"]["prior"]["a"] == pytest.approx(a, rel=1e-9)
     assert s["reliability"]["uniform_share_of_truly_mixed"] == pytest.approx(beta_uniform_prob(3, a, b), rel=1e-9)
     assert s["reliability"]["runs_needed"]["0.5"] == 6   # 2 * 0.5^n <= 0.05 from n = 6
     mixed = [json.loads(x) for x in (tmp_path / "mixed.jsonl").read_text().splitlines()]
-    assert mixed == [{"uid": "s3", "mean": pytest.approx(1 / 3), "n_runs": 3},
-                     {"uid": "s4", "mean": pytest.approx(2 / 3), "n_runs": 3},
-                     {"uid": "s6", "mean": pytest.approx(1 / 3), "n_runs": 3}]
+    assert [(m["uid"], m["n_runs"], m["split"], m["task"]) for m in mixed] == [
+        ("s3", 3, "test", "arithmetic"), ("s4", 3, "test", "arithmetic"), ("s6", 3, "test", "arithmetic")]
+    assert [m["mean"] for m in mixed] == pytest.approx([1 / 3, 2 / 3, 1 / 3])
     per = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [p["category"] for p in per][:5] == ["always_right", "always_wrong", "always_wrong", "mixed", "mixed"]
     assert per[4]["variance"] == pytest.approx(np.var([1, 1, 0])) and per[4]["std"] == pytest.approx(np.std([1, 1, 0]))
@@ -339,7 +350,8 @@ def test_incomplete_audit_is_summarised_and_flagged(tmp_path):
 def test_uniform_audit_has_no_prior(tmp_path):
     write_fake_audit(tmp_path, [[0, 0, 0]] * 5)
     s = summarize(tmp_path)
-    assert s["reliability"]["prior"] is None and s["advice"]["verdict"] == "warning"
+    assert s["reliability"]["prior"] is None and s["verdict"]["code"] == "uncertain"
+    assert s["verdict"]["text"].startswith("cannot tell whether fewer than 10% of the prompts are mixed in 3 runs")
     assert s["relative_gain"] == 0.0
 
 

@@ -183,7 +183,7 @@ def test_system_prompt_and_prefill_options(shared_data, qwen_tokenizer):
 
 def test_with_hint():
     assert with_hint("Q", None) == "Q" and with_hint("Q", "  ") == "Q"
-    assert with_hint("Q", " use 2 ") == "Q\n\nHere is a hint to help you:\nuse 2"
+    assert with_hint("Q", " use 2 ") == "Question:\nQ\n\nHere is a hint to help you:\nuse 2"
 
 
 # ---------------------------------------------------------------------------------------------

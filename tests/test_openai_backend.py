@@ -221,3 +221,135 @@ def test_request_body_and_argument_checks():
         OpenAIEngine("localhost:8000", "m")
     with pytest.raises(ValueError, match="n"):
         engine.generate(["hi"], -1, SamplingParams())
+
+
+# ---------------------------------------------------------------- the official openai client, chat
+
+
+@pytest.fixture(scope="module")
+def thread_url(local):
+    """The real server (make_server) on 127.0.0.1, port 0, in a thread of this process."""
+    server = make_server(local, host="127.0.0.1", port=0, model_name=NAME)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def client(thread_url):
+    import openai
+
+    return openai.OpenAI(base_url=thread_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_openai_client_completions(client, local):
+    prompt = PROMPTS[0]
+    r = client.completions.create(model=NAME, prompt=prompt, n=3, max_tokens=8, seed=11, logprobs=1)
+    want = local.generate([prompt], 3, SamplingParams(max_new_tokens=8), seed=11)[0]
+    assert [c.text for c in r.choices] == [c.text for c in want]
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert r.usage.completion_tokens == sum(len(c.token_ids) for c in want)
+    assert r.usage.prompt_tokens == len(want[0].prompt_token_ids)
+    np.testing.assert_allclose(r.choices[0].logprobs.token_logprobs, want[0].logprobs, atol=1e-6, rtol=0)
+    again = client.completions.create(model=NAME, prompt=prompt, n=3, max_tokens=8, seed=11)
+    assert [c.text for c in again.choices] == [c.text for c in r.choices]
+    other = client.completions.create(model=NAME, prompt=prompt, n=3, max_tokens=8, seed=12)
+    assert [c.text for c in other.choices] != [c.text for c in r.choices]
+
+
+def test_openai_client_chat_completions(client, local):
+    from rlcurate.tasks.base import render_chat
+
+    messages = [{"role": "user", "content": "12+34="}]
+    r = client.chat.completions.create(model=NAME, messages=messages, n=2, max_tokens=8, seed=5, logprobs=True)
+    assert r.object == "chat.completion" and len(r.choices) == 2
+    want = local.generate([render_chat(local.tokenizer, messages)], 2, SamplingParams(max_new_tokens=8), seed=5)[0]
+    assert [c.message.content for c in r.choices] == [c.text for c in want]
+    assert all(c.message.role == "assistant" for c in r.choices)
+    assert [c.finish_reason for c in r.choices] == [c.finish_reason for c in want]
+    assert [len(c.logprobs.content) for c in r.choices] == [len(c.token_ids) for c in want]
+    np.testing.assert_allclose([e.logprob for e in r.choices[1].logprobs.content], want[1].logprobs, atol=1e-6,
+                               rtol=0)
+    assert r.usage.prompt_tokens == len(want[0].prompt_token_ids)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + sum(len(c.token_ids) for c in want)
+    again = client.chat.completions.create(model=NAME, messages=messages, n=2, max_tokens=8, seed=5)
+    assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]
+    # a prefill: the vLLM extension continue_final_message continues the last assistant message
+    prefill = [*messages, {"role": "assistant", "content": "4+2"}]
+    cont = client.chat.completions.create(
+        model=NAME, messages=prefill, max_tokens=6, seed=5,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    want = local.generate([render_chat(local.tokenizer, messages, "4+2")], 1, SamplingParams(max_new_tokens=6),
+                          seed=5)[0]
+    assert cont.choices[0].message.content == want[0].text
+
+
+def test_openai_client_sees_error_objects(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "1"}], n=0)
+    assert info.value.status_code == 400
+    assert info.value.body["param"] == "n" and "n must be an integer >= 1" in info.value.body["message"]
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="other", prompt="1", max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="roles user and assistant"):
+        client.chat.completions.create(model=NAME, messages=[{"role": "system", "content": "be brief"}])
+
+
+def test_engine_chat_endpoint_equals_the_completions_endpoint(thread_url, local):
+    """An audit may use either endpoint: the chat turns (with a hint as the assistant prefill) give the
+    same prompts, so the same completions, token ids and log-probs."""
+    from rlcurate.rollout.openai_api import conversation
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+
+    task = ArithmeticTask(levels=["add2", "mul2x1"], n_test=4, seed=0)
+    problems = task.problems("test")[:3]
+    hints = [None, task.hint(problems[1], 1), None]
+    convs = [conversation(task, p, h) for p, h in zip(problems, hints)]
+    assert convs[1][-1] == {"role": "assistant", "content": task.prefill(problems[1], hints[1])}
+    texts = [task.render(p, local.tokenizer, h) for p, h in zip(problems, hints)]
+    params = SamplingParams(max_new_tokens=12)
+    chat = OpenAIEngine(thread_url, NAME, endpoint="chat").generate(convs, [2, 1, 2], params, seed=3)
+    comp = OpenAIEngine(thread_url, NAME).generate(texts, [2, 1, 2], params, seed=3)
+    assert [[c.text for c in g] for g in chat] == [[c.text for c in g] for g in comp]
+    assert [[c.token_ids for c in g] for g in chat] == [[c.token_ids for c in g] for g in comp]
+    assert [[c.prompt_token_ids for c in g] for g in chat] == [[c.prompt_token_ids for c in g] for g in comp]
+    for g, h in zip(chat, comp):
+        for a, b in zip(g, h):
+            np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-6, rtol=0)
+    # a plain string is one user turn
+    one = OpenAIEngine(thread_url, NAME, endpoint="chat").generate(["12+34="], 1, params, seed=1)[0][0]
+    assert one.prompt_token_ids == local.encode(["<|user|>12+34=<|assistant|>"])[0]
+
+
+def test_engine_chat_arguments_are_checked_before_any_request():
+    dead = "http://127.0.0.1:1/v1"
+    plain_chat = OpenAIEngine(dead, "m", endpoint="chat", vllm_extras=False)
+    with pytest.raises(ValueError, match="prefill.*vllm_extras=True"):
+        plain_chat.generate([[{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}]], 1,
+                            SamplingParams())
+    with pytest.raises(ValueError, match=r"prompts\[0\]\[0\]\.role must be one of"):
+        OpenAIEngine(dead, "m", endpoint="chat").generate([[{"role": "robot", "content": "1"}]], 1, SamplingParams())
+    with pytest.raises(ValueError, match="endpoint must be one of completions, chat"):
+        OpenAIEngine(dead, "m", endpoint="responses")
+    body = OpenAIEngine(dead, "m", endpoint="chat").request_body([{"role": "user", "content": "1"}], 2,
+                                                                 SamplingParams(), seed=4)
+    assert body["messages"] == [{"role": "user", "content": "1"}] and body["logprobs"] is True
+    assert "prompt" not in body and "continue_final_message" not in body
+
+
+def test_audit_over_either_endpoint_gives_the_same_runs(thread_url, checkpoint, tmp_path, capsys):
+    from rlcurate.cli import main
+
+    common = ["audit", "--backend", "openai", "--base-url", thread_url, "--model-name", NAME, "--task", "arithmetic",
+              "--task-kwargs", '{"levels": ["add2"], "n_test": 4}', "--runs", "2", "--max-new-tokens", "10",
+              "--no-plots", "--quiet"]
+    assert main([*common, "--model", str(checkpoint), "--out", str(tmp_path / "completions")]) == 0
+    assert main([*common, "--endpoint", "chat", "--out", str(tmp_path / "chat")]) == 0  # no tokenizer needed
+    capsys.readouterr()
+    runs = [[{k: r[k] for k in ("uid", "run", "completion", "score")} for r in map(json.loads, lines)]
+            for lines in ((tmp_path / d / "runs.jsonl").read_text().splitlines() for d in ("completions", "chat"))]
+    assert len(runs[0]) == 8 and runs[0] == runs[1]
+    assert json.loads((tmp_path / "chat" / "config.json").read_text())["config"]["endpoint"] == "chat"

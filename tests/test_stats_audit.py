@@ -6,13 +6,17 @@ from hypothesis import strategies as st
 from rlcurate.stats import (
     categorize,
     category_counts,
-    compute_multiplier_advice,
     fit_beta_prior,
+    gate_open_prob,
+    group_mixed_prob,
     hidden_signal_prob,
     improvement_potential,
+    prior_degeneracy,
+    recipe_multiplier_rule,
     runs_needed,
     sample_metrics,
     share_interval,
+    threshold_side,
     zero_variance_prob,
 )
 
@@ -109,10 +113,47 @@ def test_hidden_signal_prob_matches_monte_carlo():
     assert hidden_signal_prob(n, True, m, (a, b)) == pytest.approx(later_fail.mean(), abs=0.01)
 
 
-def test_multiplier_advice_thresholds():
-    assert compute_multiplier_advice(0.05)["verdict"] == "warning"
-    assert compute_multiplier_advice(0.12)["multiplier"] == (2, 4)
-    assert compute_multiplier_advice(0.15)["multiplier"] == (1, 2)
-    assert compute_multiplier_advice(0.5)["multiplier"] == (1, 1)
+def test_recipe_multiplier_rule_thresholds():
+    assert recipe_multiplier_rule(0.05)["verdict"] == "warning"
+    assert recipe_multiplier_rule(0.12)["multiplier"] == (2, 4)
+    assert recipe_multiplier_rule(0.15)["multiplier"] == (1, 2)
+    assert recipe_multiplier_rule(0.5)["multiplier"] == (1, 1)
     with pytest.raises(ValueError):
-        compute_multiplier_advice(1.2)
+        recipe_multiplier_rule(1.2)
+
+
+def test_group_mixed_prob_is_unbiased_for_the_gate():
+    """E over k ~ Binomial(n, p) of 1 - [C(k,G) + C(n-k,G)] / C(n,G) is u(p, G), exactly."""
+    from scipy import stats
+
+    n = 8
+    for p in (0.03, 0.2, 0.5, 0.9):
+        k = np.arange(n + 1)
+        rows = [[1] * j + [0] * (n - j) for j in k]
+        for G in (1, 2, 3, 5, 8):
+            est = group_mixed_prob(rows, G)
+            assert np.dot(stats.binom.pmf(k, n, p), est) == pytest.approx(gate_open_prob(p, G), abs=1e-12)
+    assert group_mixed_prob([[0, 1, 1, 0], [1, 1, 1, 1]], 4).tolist() == [1.0, 0.0]
+    # graded scores: three distinct values, any 2 of them differ unless both are the repeated one
+    assert group_mixed_prob([[0.5, 0.5, 0.2, 1.0]], 2)[0] == pytest.approx(1 - 1 / 6)
+    with pytest.raises(ValueError, match="exceeds the 2 runs"):
+        group_mixed_prob([[0, 1], [1, 1, 0]], 3)
+
+
+def test_threshold_side():
+    assert threshold_side(0.02, 0.08, 0.10) == "below"
+    assert threshold_side(0.10, 0.30, 0.10) == "above"
+    assert threshold_side(0.294, 0.529, 0.30) == "straddles"  # "over 30% mixed" with this interval cannot be said
+    with pytest.raises(ValueError, match="low must not exceed high"):
+        threshold_side(0.5, 0.4, 0.3)
+
+
+def test_prior_degeneracy_flags_runaway_fits():
+    rng = np.random.default_rng(0)
+    polar = np.array([0, 0, 4, 4, 0, 4])             # every prompt right or wrong on all runs: a, b -> 0
+    alike = rng.binomial(4, 0.25, size=80)           # one pass rate for all: a + b -> infinity
+    spread = rng.binomial(8, rng.beta(0.5, 0.8, size=200))
+    for k, n, bad in ((polar, 4, "pile up at 0 and 1"), (alike, 4, "all prompts alike"), (spread, 8, None)):
+        a, b = fit_beta_prior(k, np.full(k.size, n))
+        why = prior_degeneracy(a, b)
+        assert (why is None) if bad is None else (bad in why), (a, b, why)

@@ -1,59 +1,142 @@
-"""The ``rlcurate`` command line.
+"""The ``rlcurate`` command line: ``rlcurate <command> [options]``, or ``python -m rlcurate``.
 
-    rlcurate train --config configs/NAME.yaml [--set key=value ...]   GRPO with a curation strategy (ch. 5)
-    rlcurate audit ...                                                 the variance audit (ch. 4)
-    rlcurate warmstart ...                                             supervised warm-start of the tiny model (ch. 4)
-    rlcurate serve ...                                                 an OpenAI-compatible server for a checkpoint
-    rlcurate runs --suite configs/suites/NAME.yaml                     reference runs committed as JSON (ch. 5-10)
-    rlcurate strategies                                                list the curation strategies
-
-Each sub-command's ``--help`` lists its options.
+``rlcurate --help`` prints :data:`USAGE`; each command's ``--help`` lists its options with their
+defaults, in plain text (:mod:`rlcurate._help`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+
+from rlcurate._help import ArgumentParser, HelpFormatter, wrap
+
+USAGE = """\
+usage: rlcurate <command> [options]
+       python -m rlcurate <command> [options]
+
+commands:
+  train        GRPO training with a curation strategy (chapter 5)
+  audit        the variance audit: N runs per sample, then a summary (chapter 4)
+  warmstart    supervised warm-start of the tiny model (chapter 4)
+  serve        an OpenAI-compatible HTTP server for a checkpoint (chapter 4)
+  runs         the reference runs of a suite, one JSON file per run and seed (chapters 5-10)
+  strategies   the curation strategies, and how to combine two of them
+
+Run 'rlcurate <command> --help' (or 'rlcurate help <command>') for a command's options.
+
+The data sets of the tasks gsm8k, math, math500, math_l3to5 and countdown are read from the
+folder named by the environment variable RLCURATE_DATA_DIR (or the task option data_dir), else
+from the Hugging Face Hub; see the README. '--model smollm2' is the offline SmolLM2-135M-Instruct;
+with the arithmetic task it picks the task's chat style.
+"""
 
 
 def _train(argv: list[str]) -> int:
     from rlcurate.train.config import TrainConfig, field_docs
 
-    docs = field_docs()
-    parser = argparse.ArgumentParser(
-        prog="rlcurate train", description="GRPO training with a pluggable curation strategy (chapter 5).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="config keys (set in the YAML file or with --set key=value):\n" + "\n".join(
-            f"  {k}: {v}" for k, v in docs.items()))
+    parser = ArgumentParser(
+        prog="rlcurate train", description=wrap(
+            "GRPO training with a pluggable curation strategy (chapter 5). With model smollm2 and the "
+            "arithmetic task, the task's chat style is used unless task_kwargs give a style."),
+        formatter_class=HelpFormatter, epilog=_config_keys_help(TrainConfig, field_docs()))
     parser.add_argument("--config", help="YAML file with config keys (defaults for the rest)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key; values are parsed as YAML (repeatable)")
     args = parser.parse_args(argv)
-    try:
-        if args.config:
-            config = TrainConfig.load(args.config, args.overrides)
-        else:
-            from rlcurate.train.config import apply_overrides
+    # a bad config raises rlcurate.errors.UserError: one line from main(), no usage dump
+    if args.config:
+        config = TrainConfig.load(args.config, args.overrides)
+    else:
+        from rlcurate.train.config import apply_overrides
 
-            config = TrainConfig.from_dict(apply_overrides({}, args.overrides), source="--set")
-    except ValueError as exc:
-        parser.error(str(exc))
+        config = TrainConfig.from_dict(apply_overrides({}, args.overrides), source="--set")
+    from rlcurate.presets import task_kwargs_for
+
+    config.task_kwargs, note = task_kwargs_for(config.model, config.task, config.task_kwargs)
+    if note:
+        print(f"rlcurate train: {note}", file=sys.stderr)
+    from rlcurate.train.preflight import preflight
+
+    task, curator, _ = preflight(config)  # every check that needs no model, before torch is imported
     from rlcurate.train import Trainer
 
-    summary = Trainer(config).run()
+    summary = Trainer(config, task=task, curator=curator).run()
     print(json.dumps({"out_dir": config.out_dir, "first_eval": summary["first_eval"],
                       "final_eval": summary["final_eval"]}, indent=2))
     return 0
 
 
+def _config_keys_help(cls, docs: dict[str, str]) -> str:
+    """The epilog of ``rlcurate train --help``: every config key with its default and its docstring."""
+    import dataclasses
+
+    lines = ["config keys (in the YAML file, or --set key=value), with their defaults:"]
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        lines.append(f"  {f.name} = {default}")
+        if f.name in docs:
+            lines.append(wrap(docs[f.name], indent="      "))
+    return "\n".join(lines)
+
+
+_COMPOSITION = (
+    "a+b combines two strategies: the selector of a (which prompts each step trains on) with the "
+    "sampler and processors of b (how many rollouts each prompt gets; which are kept, and with what "
+    "weight), e.g. insight+ada_seq_balanced. Options go in strategy_kwargs, flat (each part takes "
+    "those it knows) or split as {a: {...}, b: {...}}.")
+
+
+def _strategy_doc(name: str, factory, full: bool) -> str:
+    doc = (factory.__doc__ or "").strip()
+    if not full:
+        return wrap(doc.split("\n\n")[0], indent=" " * 24)[24:]
+    import inspect
+
+    text = [name, "", "\n\n".join(wrap(par, indent="  ") for par in doc.split("\n\n")), ""]
+    params = inspect.signature(factory).parameters.values()
+    if params:
+        text.append("  options (strategy_kwargs) and their defaults:")
+        text += [f"    {p.name} = {p.default!r}" for p in params if p.default is not inspect.Parameter.empty]
+    return "\n".join(text)
+
+
 def _strategies(argv: list[str]) -> int:
     from rlcurate.curation import available
     from rlcurate.curation.registry import _REGISTRY
+    from rlcurate.errors import UserError
 
-    for name in available():
-        doc = (_REGISTRY[name].__doc__ or "").strip().splitlines()[0]
-        print(f"{name:22s} {doc}")
+    parser = ArgumentParser(
+        prog="rlcurate strategies", formatter_class=HelpFormatter,
+        description=wrap("List the curation strategies (the strategy key of a training config; chapters "
+                         "5-10), or describe some of them in full."),
+        epilog=wrap(_COMPOSITION))
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="strategies to describe with their options, e.g. insight or insight+ada_seq_balanced")
+    args = parser.parse_args(argv)
+    names = available()
+    if not args.names:
+        print("curation strategies (the strategy key of a training config):\n")
+        for name in names:
+            print(f"  {name:20s}  {_strategy_doc(name, _REGISTRY[name], full=False)}")
+        print("\n" + wrap(_COMPOSITION) + "\n\n'rlcurate strategies NAME' describes one strategy and its options.")
+        return 0
+    out = []
+    for spec in args.names:
+        parts = [p.strip() for p in spec.split("+")]
+        for p in parts:
+            if p not in _REGISTRY:
+                import difflib
+
+                close = difflib.get_close_matches(p, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise UserError(f"unknown strategy {p!r}{hint}; 'rlcurate strategies' lists them: {', '.join(names)}")
+        if len(parts) > 2:
+            raise UserError(f"{spec!r}: a composition has two parts, selector+sampler")
+        if len(parts) == 2:
+            out.append(f"{spec}: the selector of {parts[0]} with the sampler and processors of {parts[1]}.")
+        out += [_strategy_doc(p, _REGISTRY[p], full=True) for p in parts]
+    print("\n\n".join(out))
     return 0
 
 
@@ -75,16 +158,53 @@ COMMANDS = {
 }
 
 
+def _close_progress_bars() -> None:
+    """End any open tqdm bar's line, so that an error found mid-run starts a line of its own."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    for bar in list(getattr(tqdm, "_instances", ()) or ()):
+        bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print(USAGE, end="")
+        return 0
+    if argv[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"rlcurate {version('rlcurate')}")
         return 0
     cmd, rest = argv[0], argv[1:]
+    if cmd == "help":  # rlcurate help [COMMAND]
+        if not rest:
+            print(USAGE, end="")
+            return 0
+        cmd, rest = rest[0], ["--help"]
     if cmd not in COMMANDS:
-        print(f"rlcurate: unknown command {cmd!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        import difflib
+
+        close = difflib.get_close_matches(cmd, COMMANDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"rlcurate: error: unknown command {cmd!r}{hint}; commands: {', '.join(COMMANDS)}; "
+              "see 'rlcurate --help'", file=sys.stderr)
         return 2
-    return COMMANDS[cmd](rest)
+    from rlcurate.errors import UserError, one_line
+
+    try:
+        return COMMANDS[cmd](rest)
+    except UserError as exc:  # a mistake in the input: one line, no traceback (rlcurate.errors)
+        _close_progress_bars()
+        print(f"rlcurate {cmd}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rlcurate {cmd}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (rlcurate strategies | head): stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -16,11 +16,15 @@ yet, a few at a time (``--jobs``), each in its own process, and writes
 ``data/runs/<suite>/<run>_s<seed>.json``: the config, seed, git SHA, package versions, device, wall
 time, the command that regenerates it, and the per-step metrics the chapters plot. A finished result
 is never recomputed unless ``--force`` is given, so an interrupted suite resumes where it stopped.
+
+Before any run starts, every (run, seed) to make is checked as ``rlcurate train`` checks a config
+(:func:`rlcurate.train.preflight.preflight`: keys and values, strategy, task, model, a scratch folder
+that holds a run with a different config); a bad suite file, an unknown run name or one bad run
+config refuses the whole command with one line naming the file and the run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -32,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from rlcurate.train.config import TrainConfig
+from rlcurate.errors import UserError
+from rlcurate.train.config import TrainConfig, read_yaml
 
 # Per-step keys kept in a reference run (the rest of metrics.jsonl stays in the scratch run folder).
 KEEP_PREFIXES = ("eval/", "total/", "time/", "curation/")
@@ -42,18 +47,35 @@ KEEP_KEYS = {"step", "reward_mean", "effective_prompt_ratio", "frac_all_right", 
 
 
 def load_suite(path: str | Path) -> dict[str, Any]:
-    """Read and check a suite file; errors name the file and the problem."""
+    """Read and check a suite file; errors (:class:`~rlcurate.errors.UserError`) name the file and
+    the problem."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"suite file not found: {path}")
-    suite = yaml.safe_load(path.read_text()) or {}
+    suite = read_yaml(path, what="suite file")
+    if not isinstance(suite, dict):
+        raise UserError(f"{path}: a suite must be a mapping with keys name, base, runs (and overrides, seeds), "
+                        f"got a {type(suite).__name__}")
     for key in ("name", "base", "runs"):
         if key not in suite:
-            raise ValueError(f"{path}: missing key {key!r} (a suite needs name, base, runs)")
+            raise UserError(f"{path}: missing key {key!r} (a suite needs name, base, runs)")
+    unknown = sorted(set(suite) - {"name", "base", "runs", "overrides", "seeds"}, key=str)
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; a suite has name, base, runs, "
+                        "overrides, seeds")
+    if not isinstance(suite["name"], str) or not suite["name"].strip() or "/" in suite["name"]:
+        raise UserError(f"{path}: name must be a folder name (no '/'), got {suite['name']!r}")
     if not isinstance(suite["runs"], dict) or not suite["runs"]:
-        raise ValueError(f"{path}: runs must be a non-empty mapping of run name to config overrides")
-    suite.setdefault("overrides", {})
-    suite.setdefault("seeds", [0])
+        raise UserError(f"{path}: runs must be a non-empty mapping of run name to config overrides")
+    for run, over in suite["runs"].items():
+        if over is not None and not isinstance(over, dict):
+            raise UserError(f"{path}: run {run!r} must map to config overrides (a mapping), got {over!r}")
+    suite["overrides"] = suite.get("overrides") or {}
+    if not isinstance(suite["overrides"], dict):
+        raise UserError(f"{path}: overrides must be a mapping of config keys, got {suite['overrides']!r}")
+    suite["seeds"] = suite.get("seeds", [0])
+    seeds = suite["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds):
+        raise UserError(f"{path}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
     suite["_path"] = str(path)
     return suite
 
@@ -67,15 +89,18 @@ def _find(relative: str, suite_path: Path) -> Path:
     for parent in suite_path.resolve().parents:
         if (parent / path).exists():
             return parent / path
-    raise ValueError(f"{suite_path}: base config {relative!r} not found")
+    raise UserError(f"{suite_path}: base config {relative!r} not found")
 
 
 def run_config(suite: dict[str, Any], name: str, seed: int, scratch: Path) -> TrainConfig:
     """The full training config of one (run, seed) of a suite."""
-    base = yaml.safe_load(_find(suite["base"], Path(suite["_path"])).read_text()) or {}
+    base_path = _find(suite["base"], Path(suite["_path"]))
+    base = read_yaml(base_path, what="base config") or {}
+    if not isinstance(base, dict):
+        raise UserError(f"{base_path}: the base config must be a mapping of keys to values")
     data = {**base, **suite["overrides"], **(suite["runs"][name] or {})}
     data.update(seed=int(seed), out_dir=str(scratch / f"{name}_s{seed}"), resume=True, progress=False)
-    return TrainConfig.from_dict(data, source=f"{suite['_path']}:{name}")
+    return TrainConfig.from_dict(data, source=f"{suite['_path']}: run {name!r}")
 
 
 def result_path(out: Path, name: str, seed: int) -> Path:
@@ -123,8 +148,32 @@ def load_results(out: str | Path) -> list[dict[str, Any]]:
     return sorted((json.loads(f.read_text()) for f in files), key=lambda r: (r["run"], r["seed"]))
 
 
+def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, scratch: Path, force: bool) -> None:
+    """Check every (run, seed) to make before any starts, as ``rlcurate train`` would (no model is
+    loaded); with ``force`` the scratch folders are about to be emptied, so an old run there is no
+    reason to refuse."""
+    import dataclasses
+
+    from rlcurate.train.preflight import check_out_dir, preflight
+
+    for flag, folder in (("--out", out), ("--scratch", scratch)):
+        try:
+            check_out_dir(str(folder))
+        except UserError as exc:
+            raise UserError(f"{flag}: {exc}") from None
+    for n, s in todo:
+        config = run_config(suite, n, s, scratch)
+        try:
+            preflight(dataclasses.replace(config, resume=False) if force else config)
+        except UserError as exc:
+            raise UserError(f"{suite['_path']}: run {n!r} seed {s}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlcurate runs", description=__doc__.splitlines()[0])
+    from rlcurate._help import ArgumentParser, HelpFormatter, plain, wrap
+
+    parser = ArgumentParser(prog="rlcurate runs", description=wrap(__doc__.splitlines()[0]),
+                                     epilog=plain(__doc__.split("\n\n", 1)[1]), formatter_class=HelpFormatter)
     parser.add_argument("--suite", required=True, help="suite YAML (configs/suites/NAME.yaml)")
     parser.add_argument("--out", help="result folder (default data/runs/<suite name>)")
     parser.add_argument("--only", help="comma-separated run names (default: all)")
@@ -134,28 +183,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="recompute results that already exist")
     parser.add_argument("--list", action="store_true", help="print the (run, seed) pairs and their status")
     args = parser.parse_args(argv)
-    try:
-        suite = load_suite(args.suite)
-    except ValueError as exc:
-        parser.error(str(exc))
+    suite = load_suite(args.suite)  # a bad suite raises UserError: one line from rlcurate.cli.main
     names = list(suite["runs"]) if not args.only else [n.strip() for n in args.only.split(",")]
     unknown = [n for n in names if n not in suite["runs"]]
     if unknown:
-        parser.error(f"unknown run(s) {unknown}; the suite has {list(suite['runs'])}")
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [int(s) for s in suite["seeds"]]
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], [str(r) for r in suite["runs"]], n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise UserError(f"--only: unknown run(s) {', '.join(unknown)}{hint}; "
+                        f"{args.suite} has {', '.join(map(str, suite['runs']))}")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [int(s) for s in suite["seeds"]]
+    except ValueError:
+        raise UserError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     out = Path(args.out or Path("data") / "runs" / suite["name"])
     scratch = Path(args.scratch or Path("runs") / suite["name"])
-    out.mkdir(parents=True, exist_ok=True)
-    scratch.mkdir(parents=True, exist_ok=True)
     todo = [(n, s) for n in names for s in seeds if args.force or not result_path(out, n, s).exists()]
     if args.list:
         for n in names:
             for s in seeds:
                 print(f"{n:28s} seed {s}: {'done' if result_path(out, n, s).exists() else 'missing'}")
         return 0
-    for n, s in todo:  # validate every config before spending compute
-        run_config(suite, n, s, scratch)
-        if args.force:
+    _check_runs(suite, todo, out, scratch, args.force)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    if args.force:
+        for n, s in todo:
             shutil.rmtree(scratch / f"{n}_s{s}", ignore_errors=True)
     print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time)", flush=True)
     failures = []
@@ -179,5 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # through the command line, so that a user's mistake is one line
+    from rlcurate.cli import main as _cli
+
+    raise SystemExit(_cli(["runs", *sys.argv[1:]]))

@@ -6,10 +6,12 @@ scores vary: prompts it always solves or always fails give GRPO nothing to learn
 
 ==========================  ====================================================================
 :func:`run_audit`           sample N completions per prompt, score them, append to ``runs.jsonl``
-                            (resumable after any interruption, deterministic per chunk of samples)
+                            batch by batch (resumable after any interruption, SIGTERM recorded,
+                            deterministic per chunk of samples)
 :func:`load_audit`          read an audit folder back as a score matrix
-:func:`summarize`           categories, best-of-N vs mean, pass@k, mixed share with an interval,
-                            zero-variance odds, the compute-multiplier advice
+:func:`summarize`           the verdict first (reward-function errors and truncation, which
+                            invalidate it; one run; the mixed share with its interval), categories,
+                            best-of-N vs mean, pass@k, zero-variance odds, the gate by group size
 :func:`write_summary`       ``summary.json``, ``samples.jsonl``, ``mixed.jsonl`` and the figures
 :mod:`rlcurate.audit.plots` the variance plot, the pass-count histogram, P(zero variance) curves
 ``rlcurate audit``          the command line (:mod:`rlcurate.audit.cli`)
@@ -22,6 +24,7 @@ from rlcurate.audit.runner import (
     AuditConfig,
     AuditError,
     AuditStopped,
+    AuditTerminated,
     audit_order,
     chunk_seed,
     make_engine,
@@ -43,6 +46,7 @@ __all__ = [
     "AuditConfig",
     "AuditError",
     "AuditStopped",
+    "AuditTerminated",
     "audit_order",
     "beta_uniform_prob",
     "chunk_seed",

@@ -1,5 +1,7 @@
 """``python -m rlcurate.audit``: the same as ``rlcurate audit``."""
 
-from rlcurate.audit.cli import main
+import sys
 
-raise SystemExit(main())
+from rlcurate.cli import main
+
+raise SystemExit(main(["audit", *sys.argv[1:]]))

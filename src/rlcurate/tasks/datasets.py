@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from rlcurate.errors import UserError
 from rlcurate.tasks.base import Problem, Task
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,9 @@ DATA_DIR_ENV = "RLCURATE_DATA_DIR"
 HINT_HEADER = "Here is a hint to help you:"
 
 
-class DatasetFormatError(ValueError):
-    """A dataset row that cannot be used (chapter 4); the message names the file, the line and the field."""
+class DatasetFormatError(UserError):
+    """A dataset row that cannot be used (chapter 4); the message names the file, the line and the field.
+    A :class:`~rlcurate.errors.UserError` (so a ``ValueError``): the command line prints it as one line."""
 
     def __init__(self, source: str, line: int, field_name: str, problem: str):
         self.source, self.line, self.field, self.problem = source, line, field_name, problem
@@ -136,12 +138,21 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
 def read_jsonl(path: str | os.PathLike) -> list[Record]:
     """The rows of a JSON-lines file, one JSON object per non-blank line (chapter 4).
 
-    A line that is not valid JSON, or not a JSON object, raises :class:`DatasetFormatError`.
+    A line that is not UTF-8 text, not valid JSON, or not a JSON object raises
+    :class:`DatasetFormatError` naming the file and line.
     """
     path = Path(path)
     records: list[Record] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, text in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problem = (f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                           "save the file as UTF-8")
+                raise DatasetFormatError(str(path), lineno, "<row>", problem) from None
+            if lineno == 1 and text.startswith("\ufeff"):  # the byte-order mark some editors write
+                text = text[1:]
             if not text.strip():
                 continue
             try:
@@ -275,8 +286,10 @@ def row_field(record: Record, name: str | Sequence[str], kind: type, required: b
 
 
 def with_hint(text: str, hint: str | None) -> str:
-    """``text`` followed by a SAGE-style hint block (chapter 7), or ``text`` unchanged when ``hint`` is empty::
+    """The user turn with a SAGE hint (chapter 7), or ``text`` unchanged when ``hint`` is empty; the
+    layout of SAGE's released code (``_build_answer_messages_with_hint``)::
 
+        Question:
         <text>
 
         Here is a hint to help you:
@@ -288,7 +301,7 @@ def with_hint(text: str, hint: str | None) -> str:
         raise ValueError(f"hint must be a string or None, got {hint!r}")
     if not hint.strip():
         return text
-    return f"{text}\n\n{HINT_HEADER}\n{hint.strip()}"
+    return f"Question:\n{text}\n\n{HINT_HEADER}\n{hint.strip()}"
 
 
 def _display_source(record: Record, root: Path | None) -> str:

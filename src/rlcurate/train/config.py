@@ -4,20 +4,28 @@ One dataclass holds every knob of a run. Each field is documented by the string 
 same text is the ``--help`` of ``rlcurate train`` and appears in the saved ``config.json``. A run is
 described by a YAML file (``configs/NAME.yaml``) whose keys are field names, plus command-line
 overrides ``--set key=value`` (values parsed as YAML, so ``--set strategy_kwargs={k_pos: 2}`` works).
+
+Every bad value raises :class:`~rlcurate.errors.UserError` naming the key (and the file), so the
+command line prints one line; the checks that need the strategy, task, model or run folder are in
+:mod:`rlcurate.train.preflight`.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import json
+import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rlcurate.errors import UserError
 
 
 @dataclass
@@ -58,11 +66,16 @@ class TrainConfig:
     """Longest completion in tokens."""
     gen_token_budget: int = 16384
     """Tokens (prompt + completion) per generation batch: bounds memory of the rollout engine."""
+    max_prompt_tokens: int = 4096
+    """Prompts (chat template included) longer than this many tokens are left out of training and
+    evaluation, with a count in the log and in ``summary.json`` (0: no limit)."""
 
     # ---------------------------------------------------------------- the loss
     advantage: str = "grpo"
     """``grpo`` (r - mean)/(std + eps); ``drgrpo`` r - mean (or r - p_hat of a strategy's pool);
-    ``rloo`` leave-one-out."""
+    ``rloo`` leave-one-out. Not offered: TRL's ``scale_rewards="batch"`` (one std over the whole batch),
+    because the strategies reason about one prompt's group or pool at a time (Reinforce-Ada's p_hat is
+    not on the scale of a batch std); with TRL's own trainer (appendix A2) its setting still applies."""
     adv_eps: float = 1e-6
     """eps of the standardised advantage."""
     loss_agg: str = "token-mean"
@@ -75,6 +88,15 @@ class TrainConfig:
     """PPO clip above (DAPO's clip-higher): the ratio is kept below 1 + clip_high."""
     kl_coef: float = 0.0
     """Weight of the k3 estimate of KL(pi || pi_ref) in the loss; 0 disables the reference model."""
+    clip_ratio_c: float = 3.0
+    """Dual clip (verl's ``clip_ratio_c``, default 3; Reinforce-Ada's script sets 10): the loss of a
+    negative-advantage token is at most -A * clip_ratio_c however large its ratio. 0 disables it;
+    otherwise it must exceed 1."""
+    log_ratio_clamp: float = 20.0
+    """log pi - log pi_old, and log pi_ref - log pi in the k3 term, are clamped to +-this before the
+    exponential (verl: 20). 0 disables."""
+    kl_clamp: float = 10.0
+    """Upper clamp of the k3 term per token (verl's ``low_var_kl`` clamps to [-10, 10]). 0 disables."""
     update_epochs: int = 1
     """Passes over each batch (PPO epochs); > 1 uses the stored old log-probabilities."""
     minibatches: int = 1
@@ -129,67 +151,84 @@ class TrainConfig:
 
     # ------------------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field."""
+        """Raise :class:`~rlcurate.errors.UserError` (a ``ValueError``) naming the first bad field."""
         positive_int = ["steps", "prompts_per_step", "group_size", "max_new_tokens", "gen_token_budget",
                         "update_epochs", "minibatches", "micro_batch_tokens", "eval_prompts", "eval_samples"]
         for name in positive_int:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ["eval_every", "checkpoint_every", "warmup_steps", "seed", "threads", "max_rollouts"]:
+                raise UserError(f"{name} must be a positive integer, got {v!r}")
+        for name in ["eval_every", "checkpoint_every", "warmup_steps", "seed", "threads", "max_rollouts",
+                     "max_prompt_tokens"]:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+                raise UserError(f"{name} must be an integer >= 0, got {v!r}")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type == "float" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise UserError(f"{f.name} must be a finite number, got {v!r}")
         for name in ["temperature", "eval_temperature"]:
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{name} must be > 0 (RL needs sampling), got {v!r}")
+            if not v > 0:
+                raise UserError(f"{name} must be > 0 (RL needs sampling), got {v!r}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+            raise UserError(f"top_p must lie in (0, 1], got {self.top_p!r}")
         for name in ["lr", "adv_eps"]:
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ["clip_low", "clip_high", "kl_coef", "weight_decay", "grad_clip"]:
+                raise UserError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ["clip_low", "clip_high", "kl_coef", "weight_decay", "grad_clip", "log_ratio_clamp", "kl_clamp"]:
             if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+                raise UserError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not (self.clip_ratio_c == 0 or self.clip_ratio_c > 1):
+            raise UserError(f"clip_ratio_c must be 0 (off) or > 1, got {self.clip_ratio_c!r}")
         choices = {"advantage": ("grpo", "drgrpo", "rloo"),
                    "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
                    "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),
                    "dtype": ("auto", "fp32", "bf16")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+                raise UserError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         for name in ["task_kwargs", "strategy_kwargs"]:
             if not isinstance(getattr(self, name), dict):
-                raise ValueError(f"{name} must be a mapping, got {getattr(self, name)!r}")
-        self.betas = tuple(self.betas)
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+                raise UserError(f"{name} must be a mapping, got {getattr(self, name)!r}")
+        if isinstance(self.betas, (list, tuple)):
+            self.betas = tuple(self.betas)
+        if (not isinstance(self.betas, tuple) or len(self.betas) != 2
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in self.betas)):
+            raise UserError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "TrainConfig":
         """Build from a mapping, rejecting unknown keys with the list of known ones."""
+        if not isinstance(data, dict):
+            raise UserError(f"{source}: the config must be a mapping of keys to values, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - known, key=str)
         if unknown:
-            raise ValueError(f"{source}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+            near = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise UserError(f"{source}: unknown key(s) {', '.join(map(str, unknown))}{hint}; "
+                            f"known keys: {', '.join(sorted(known))}")
         types = {f.name: f.type for f in dataclasses.fields(cls)}
         clean = {}
         for k, v in data.items():
             clean[k] = _coerce(k, types[k], v, source)
-        return cls(**clean)
+        try:
+            return cls(**clean)
+        except UserError as exc:
+            raise UserError(f"{source}: {exc}") from None
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
         """Read a YAML file and apply ``key=value`` overrides (values parsed as YAML)."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"config file not found: {path}")
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path, what="config file")
+        if data is None:
+            data = {}
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: the config must be a mapping of keys to values")
-        return cls.from_dict(apply_overrides(data, overrides or []), source=str(path))
+            raise UserError(f"{path}: the config must be a mapping of keys to values, got a {type(data).__name__}")
+        source = f"{path} (with --set)" if overrides else str(path)
+        return cls.from_dict(apply_overrides(data, overrides or []), source=source)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -198,6 +237,25 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def read_yaml(path: str | Path, what: str = "file"):
+    """The YAML document in ``path``; a missing, unreadable or malformed file raises
+    :class:`~rlcurate.errors.UserError` naming the file (and the line of a syntax error)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} not found: {path}" + (" (a directory)" if path.is_dir() else ""))
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
 def _coerce(name: str, kind: str, value, source: str):
@@ -209,13 +267,13 @@ def _coerce(name: str, kind: str, value, source: str):
             try:
                 return float(value)
             except ValueError:
-                raise ValueError(f"{source}: {name} must be a number, got {value!r}") from None
+                raise UserError(f"{source}: {name} must be a number, got {value!r}") from None
     if kind == "int" and isinstance(value, float) and value.is_integer():
         return int(value)
     if kind == "bool" and not isinstance(value, bool):
-        raise ValueError(f"{source}: {name} must be true or false, got {value!r}")
+        raise UserError(f"{source}: {name} must be true or false, got {value!r}")
     if kind == "str" and not isinstance(value, str):
-        raise ValueError(f"{source}: {name} must be a string, got {value!r}")
+        raise UserError(f"{source}: {name} must be a string, got {value!r}")
     return value
 
 
@@ -224,14 +282,17 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     out = dict(data)
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"override must look like key=value, got {item!r}")
+            raise UserError(f"--set {item!r}: an override must look like key=value")
         key, raw = item.split("=", 1)
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
-            raise ValueError(f"override {item!r}: cannot parse the value: {exc}") from exc
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UserError(f"--set {item!r}: cannot parse the value as YAML: {problem}") from None
         if "." in key:
             head, sub = key.split(".", 1)
+            if not isinstance(out.get(head) or {}, dict):
+                raise UserError(f"--set {item!r}: {head} is not a mapping, so it has no key {sub!r}")
             inner = dict(out.get(head) or {})
             inner[sub] = value
             out[head] = inner

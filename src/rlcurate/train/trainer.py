@@ -14,11 +14,27 @@ cumulatively: rollouts and tokens generated (kept or not), tokens trained, gener
 wall time. A checkpoint holds the whole state (model, optimizer, scheduler, curator, data order,
 metrics position), and all randomness of a step is derived from (seed, step), so a resumed run
 reproduces the metrics of an uninterrupted one exactly on CPU.
+
+What the trainer refuses or leaves out, and says so:
+
+- before the model loads, everything :func:`rlcurate.train.preflight.preflight` checks (strategy,
+  task and their arguments, the model path, the run folder, ``group_size=1``, and a resume with a
+  different config);
+- prompts longer than ``max_prompt_tokens`` tokens: left out of training and evaluation, counted in
+  the log and in ``summary.json`` (``prompts_too_long``); if no training prompt is left, refused;
+- rollouts whose reward is not finite (a task's ``reward`` returned NaN or inf): their groups are left
+  out of the step (the loss, the advantages and the curator's update never see them), counted in
+  the step's ``nonfinite_reward_rollouts`` and in the log;
+- an update whose gradient norm is not finite: the optimizer step is skipped (the weights and Adam's
+  moments stay as they were), counted in the step's ``nonfinite_grad_steps``.
+
+The last two keys appear in a step's metrics only when they are not 0.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -32,31 +48,34 @@ import numpy as np
 import torch
 
 from rlcurate.curation.base import Curator, Group, StepContext
-from rlcurate.stats.advantages import centred, rloo, standardised
+from rlcurate.errors import UserError
+from rlcurate.stats.advantages import centred, pool_advantages, rloo, standardised
+from rlcurate.tasks.base import split_long_prompts
 from rlcurate.train.config import TrainConfig
 from rlcurate.train.loss import TrainSample, aggregation_coefficients, forward_logprobs, plan_micro_batches, policy_loss
 
 TIMING_PREFIX = "time/"  # metrics that depend on the machine, not on the algorithm
+log = logging.getLogger(__name__)
 
 
 def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
     """Advantages of one group (chapter 5): ``grpo`` standardised, ``drgrpo`` centred on the group mean
     or on the pool baseline p_hat a strategy supplies, ``rloo`` leave-one-out; times the group weight.
 
-    With a pool baseline, ``grpo`` standardises with the pool's mean and std (verl's global-stat
-    estimate in Reinforce-Ada), clamping the std at ``eps``.
+    With a pool baseline (``baseline`` and ``pool_size`` set, Reinforce-Ada), ``grpo`` and ``drgrpo``
+    use :func:`rlcurate.stats.advantages.pool_advantages`: the pool's binarised mean and std, the std
+    floored at 1 / sqrt(N), so that |A| <= sqrt(N) times the weight for any rewards in [0, 1]
+    (:func:`~rlcurate.stats.advantages.advantage_bound`). A group of one rollout, or a pool of one,
+    gets A = 0; verl and TRL give a lone rollout mean 0 and std 1, i.e. A = r / (1 + eps).
     """
     r = group.rewards
     if r.size == 0:
         return r
-    if kind == "grpo":
-        if group.baseline is not None and group.pool_size:
-            p = group.baseline
-            n = group.pool_size
-            std = math.sqrt(max(p * (1 - p) * n / max(n - 1, 1), 0.0))
-            a = (r - p) / (max(std, eps) + eps) if n > 1 else np.zeros_like(r)
-        else:
-            a = standardised(r, eps=eps, ddof=1)
+    pooled = group.baseline is not None and group.pool_size
+    if kind in ("grpo", "drgrpo") and pooled:
+        a = pool_advantages(r, group.baseline, group.pool_size, kind, eps)
+    elif kind == "grpo":
+        a = standardised(r, eps=eps, ddof=1)
     elif kind == "drgrpo":
         a = centred(r, baseline=group.baseline)
     elif kind == "rloo":
@@ -105,36 +124,36 @@ class Trainer:
     """GRPO with a pluggable curation strategy. ``Trainer(config).run()`` trains and returns a summary.
 
     ``model``, ``tokenizer``, ``task`` and ``curator`` may be passed in (tests, notebooks); otherwise
-    they are built from the config.
+    they are built from the config. Bad input is refused before the model loads (see the module
+    docstring) with a :class:`~rlcurate.errors.UserError`.
     """
 
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, task=None,
                  curator: Curator | None = None, ref_model=None):
+        from rlcurate.train.preflight import preflight
+
         self.config = config
+        task, curator, self.resume_changes = preflight(config, task=task, curator=curator,
+                                                       check_model=model is None or tokenizer is None)
         self.out = Path(config.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"out_dir={config.out_dir!r} cannot be made: {exc.strerror or exc}") from None
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         self.device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available()
                                    else ("cpu" if config.device == "auto" else config.device))
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device is 'cuda' but CUDA is not available on this machine")
+            raise UserError("device is 'cuda' but CUDA is not available on this machine")
         use_bf16 = self.device.type == "cuda" and config.dtype in ("auto", "bf16")
         if config.dtype == "bf16" and self.device.type != "cuda":
-            raise ValueError("dtype bf16 needs CUDA; use fp32 or auto on CPU")
+            raise UserError("dtype bf16 needs CUDA; use fp32 or auto on CPU")
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else nullcontext
 
         # ---------------------------------------------------------------- task, model, engine
-        if task is None:
-            from rlcurate.tasks.registry import get_task
-
-            task = get_task(config.task, **config.task_kwargs)
         self.task = task
-        self.train_problems = task.problems("train")
-        self.test_problems = task.problems("test")[: config.eval_prompts]
-        if not self.train_problems:
-            raise ValueError(f"task {config.task!r} has no training problems")
         if model is None or tokenizer is None:
             from rlcurate.models import load_policy
 
@@ -157,12 +176,9 @@ class Trainer:
         self.eval_sampling = SamplingParams(temperature=config.eval_temperature, top_p=1.0,
                                             max_new_tokens=config.max_new_tokens)
         self._rendered: dict[tuple[str, str | None], str] = {}
+        self._select_problems(task)
 
         # ---------------------------------------------------------------- curator, optimizer
-        if curator is None:
-            from rlcurate.curation import build_curator
-
-            curator = build_curator(config.strategy, **config.strategy_kwargs)
         self.curator = curator
         self.curator.bind(len(self.train_problems), config.seed)
         # the fused AdamW kernel (one pass over all parameters; TRL's default too) where torch has it
@@ -176,11 +192,43 @@ class Trainer:
         self.step = 0
         self.totals = {"rollouts": 0, "generated_tokens": 0, "trained_tokens": 0, "trained_samples": 0,
                        "time/generate": 0.0, "time/train": 0.0, "time/eval": 0.0}
-        config.save(self.out / "config.json")
+        self.config_changes: list[dict[str, Any]] = []  # the allowed changes of each resume (preflight)
         if config.resume and ((self.out / "checkpoint").exists() or (self.out / "checkpoint.old").exists()):
             self.load_checkpoint()
+            if self.resume_changes:
+                changes = {k: [old, new] for k, (old, new) in sorted(self.resume_changes.items())}
+                self.config_changes.append({"step": self.step, "changes": changes})
+                log.warning("resuming %s at step %d with a changed config: %s", self.out, self.step,
+                            ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
         else:
             self.metrics.truncate(0)
+        config.save(self.out / "config.json")
+
+    def _select_problems(self, task) -> None:
+        """The prompt-length guard: training and held-out problems whose prompt has more than
+        ``max_prompt_tokens`` tokens are left out, counted and logged; none left to train on is refused."""
+        c = self.config
+
+        def render(problem):
+            return self._render(problem, None)
+
+        train = task.problems("train")
+        if not train:
+            raise UserError(f"task {c.task!r} has no training problems")
+        self.train_problems, long_train = split_long_prompts(train, render, self.tokenizer, c.max_prompt_tokens)
+        self.test_problems, long_test = split_long_prompts(task.problems("test"), render, self.tokenizer,
+                                                           c.max_prompt_tokens, keep=c.eval_prompts)
+        self.prompts_too_long = {"train": len(long_train), "test": len(long_test)}
+        for split, skipped in (("training", long_train), ("held-out", long_test)):
+            if skipped:
+                for p, _ in skipped:
+                    self._rendered.pop((p.uid, None), None)
+                uid, n = max(((p.uid, n) for p, n in skipped), key=lambda item: item[1])
+                log.warning("left out %d %s prompt(s) longer than max_prompt_tokens=%d (longest: %s, %d tokens or "
+                            "more)", len(skipped), split, c.max_prompt_tokens, uid, n)
+        if not self.train_problems:
+            raise UserError(f"every training prompt of task {c.task!r} is longer than max_prompt_tokens="
+                            f"{c.max_prompt_tokens} tokens; raise max_prompt_tokens (0: no limit)")
 
     # ------------------------------------------------------------------ schedule
     def _lr_factor(self, step: int) -> float:
@@ -221,6 +269,7 @@ class Trainer:
         indices = self.curator.select(ctx)
         with self.autocast():
             sampled = self.curator.rollout(ctx, indices)
+        sampled, nonfinite = self._drop_nonfinite_rewards(ctx, sampled)
         groups = self.curator.process(ctx, sampled)
         t_gen = time.perf_counter()
         # 4. advantages
@@ -277,7 +326,24 @@ class Trainer:
             "time/train": t_train - t_gen,
             **{f"time/total_{k.split('/')[1]}": v for k, v in self.totals.items() if k.startswith(TIMING_PREFIX)},
         }
+        if nonfinite:
+            record["nonfinite_reward_rollouts"] = nonfinite
         return record
+
+    def _drop_nonfinite_rewards(self, ctx: StepContext, sampled: list[Group]) -> tuple[list[Group], int]:
+        """Leave out the groups holding a NaN or infinite reward (a broken verifier): they would turn
+        the advantages, the loss and then the weights into NaN. Returns the rest and the number of
+        such rollouts, which is logged."""
+        bad = [g for g in sampled if g.size and not np.isfinite(g.rewards).all()]
+        if not bad:
+            return sampled, 0
+        n = sum(int((~np.isfinite(g.rewards)).sum()) for g in bad)
+        log.warning("step %d: %d rollout(s) of %d prompt(s) got a non-finite reward from task %r (first: %s, "
+                    "reward %r); those groups are left out of this step", ctx.step + 1, n, len(bad),
+                    self.config.task, bad[0].problem.uid, next(float(r) for r in bad[0].rewards if not np.isfinite(r)))
+        ids = {id(g) for g in bad}
+        ctx.generated_groups[:] = [g for g in ctx.generated_groups if id(g) not in ids]
+        return [g for g in sampled if id(g) not in ids], n
 
     def _update(self, samples: list[TrainSample]) -> dict[str, float]:
         """Optimizer step(s) on ``samples``: ``update_epochs`` passes of ``minibatches`` steps each."""
@@ -307,7 +373,7 @@ class Trainer:
         rng = np.random.default_rng([c.seed, self.step, 29])
         tot = {"loss": 0.0, "entropy_sum": 0.0, "tokens": 0.0, "clipped_sum": 0.0, "approx_kl_sum": 0.0,
                "kl_ref_sum": 0.0}
-        norms = []
+        norms, skipped = [], 0
         for epoch in range(c.update_epochs):
             order = rng.permutation(len(samples)) if c.minibatches > 1 else np.arange(len(samples))
             for chunk in np.array_split(order, c.minibatches):
@@ -321,7 +387,8 @@ class Trainer:
                     with self.autocast():
                         logp, mask, ent = forward_logprobs(self.model, batch, c.temperature, self.pad_id,
                                                            with_entropy=epoch == 0)
-                        loss, st = policy_loss(logp, mask, batch, c.clip_low, c.clip_high, c.kl_coef)
+                        loss, st = policy_loss(logp, mask, batch, c.clip_low, c.clip_high, c.kl_coef,
+                                               c.clip_ratio_c, c.log_ratio_clamp, c.kl_clamp)
                     (loss * scale).backward()
                     tot["loss"] += float(loss.detach())
                     if ent is not None:
@@ -336,8 +403,15 @@ class Trainer:
                     norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in self.model.parameters()
                                           if p.grad is not None))
                 norms.append(float(norm))
+                if not math.isfinite(norms[-1]):  # a NaN or infinite gradient would poison the weights
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
                 self.optimizer.step()
         self.scheduler.step()
+        if skipped:
+            out["nonfinite_grad_steps"] = skipped
+            log.warning("step %d: %d optimizer step(s) skipped: the gradient norm was not finite",
+                        self.step + 1, skipped)
         first_epoch_tokens = sum(len(s.completion_ids) for s in samples)
         out.update(loss=tot["loss"] / c.update_epochs, grad_norm=float(np.mean(norms)),
                    entropy=tot["entropy_sum"] / max(first_epoch_tokens, 1),
@@ -358,8 +432,14 @@ class Trainer:
         R = np.array([[self.task.reward(p, comp.text).value for comp in comps]
                       for p, comps in zip(self.test_problems, out)])
         self.totals["time/eval"] += time.perf_counter() - t0
+        nonfinite = int((~np.isfinite(R)).sum())
+        if nonfinite:  # a broken verifier: such a sample counts as wrong, and the count is logged and kept
+            log.warning("evaluation: %d sample(s) got a non-finite reward from task %r; counted as wrong",
+                        nonfinite, self.config.task)
+            R = np.where(np.isfinite(R), R, 0.0)
         solved = (R >= 1).sum(axis=1)
-        return {"eval/accuracy": float(R.mean()),
+        extra = {"eval/nonfinite_rewards": nonfinite} if nonfinite else {}
+        return {**extra, "eval/accuracy": float(R.mean()),
                 "eval/pass_at_k": float((solved > 0).mean()),
                 "eval/mixed": float(((solved > 0) & (solved < R.shape[1])).mean()),
                 "eval/all_right": float((solved == R.shape[1]).mean()),
@@ -379,7 +459,8 @@ class Trainer:
                     "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
         (tmp / "trainer.json").write_text(json.dumps({
             "step": self.step, "metrics_lines": self.metrics.lines, "totals": self.totals,
-            "curator": self.curator.state_dict(), "config": self.config.to_dict()}, indent=1))
+            "curator": self.curator.state_dict(), "config": self.config.to_dict(),
+            "config_changes": self.config_changes}, indent=1))
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
@@ -399,6 +480,7 @@ class Trainer:
         self.curator.load_state_dict(meta["curator"])
         self.step = int(meta["step"])
         self.totals = meta["totals"]
+        self.config_changes = list(meta.get("config_changes", []))
         self.metrics.truncate(int(meta["metrics_lines"]))
 
     # ------------------------------------------------------------------ the loop
@@ -433,6 +515,10 @@ class Trainer:
         evals = [r for r in self.metrics.read() if "eval/accuracy" in r]
         summary = {"steps": self.step, "first_eval": evals[0] if evals else None,
                    "final_eval": evals[-1] if evals else None, "totals": self.totals}
+        if self.config_changes:
+            summary["config_changes"] = self.config_changes
+        if any(self.prompts_too_long.values()):
+            summary["prompts_too_long"] = {**self.prompts_too_long, "max_prompt_tokens": c.max_prompt_tokens}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
 

@@ -1,0 +1,161 @@
+"""Checks of a training run that need no model (chapter 5, *The GRPO loop*).
+
+:func:`preflight` runs before the policy loads (and, from ``rlcurate train``, before torch is
+imported), so a misspelt strategy, a task argument it does not take, a missing checkpoint folder or
+a run folder that holds a different run fails in about a second with one line, not after a model
+load. Every refusal is a :class:`~rlcurate.errors.UserError` naming the config key.
+
+Resuming. ``out_dir/checkpoint`` remembers the config it was trained with. A resumed run must use
+the same config, key for key (a key the checkpoint does not know counts as its default), except the
+keys in :data:`RESUMABLE_CHANGES`: those that say how far to train (``steps``, ``max_rollouts``) and
+those that do not change what is computed (where and how often to write, threads, the progress bar).
+Any other difference is refused with the list ``key: saved -> new``. ``steps`` may change only
+with a ``constant`` learning-rate schedule (a cosine schedule is a function of ``steps``, so the
+steps already taken would belong to another run), and neither ``steps`` nor ``max_rollouts`` may
+fall below what the checkpoint has already done. A change of ``steps`` or ``max_rollouts`` is logged
+and recorded in ``trainer.json`` and ``summary.json`` under ``config_changes``; the other allowed
+keys change nothing that is computed and are not recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlcurate.errors import UserError
+from rlcurate.train.config import TrainConfig
+
+# Keys a resumed run may change: how far to train (recorded), and what does not change the computation.
+EXTENSIONS = frozenset({"steps", "max_rollouts"})
+RESUMABLE_CHANGES = EXTENSIONS | {"out_dir", "resume", "progress", "threads", "save_model", "checkpoint_every"}
+
+
+def checkpoint_dir(out_dir: str | Path) -> Path | None:
+    """The checkpoint a resume would load: ``checkpoint``, else ``checkpoint.old`` (a run killed
+    between the two renames of a save), else ``None``."""
+    for name in ("checkpoint", "checkpoint.old"):
+        path = Path(out_dir) / name
+        if path.exists():
+            return path
+    return None
+
+
+def read_checkpoint_meta(path: Path) -> dict[str, Any]:
+    """``trainer.json`` of a checkpoint; an unreadable one is refused (it cannot be resumed)."""
+    try:
+        meta = json.loads((path / "trainer.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read trainer.json ({exc}); the checkpoint is damaged: move it away, "
+                        "or set resume=false to start over (the checkpoint is then replaced)") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise UserError(f"{path}/trainer.json holds no config; set resume=false to start over")
+    return meta
+
+
+def config_changes(saved: dict[str, Any], config: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """``{key: (saved, new)}`` for every key whose value differs (a key missing from ``saved``
+    counts as its default value)."""
+    defaults = TrainConfig().to_dict() if any(k not in saved for k in config.to_dict()) else {}
+    out = {}
+    for key, new in config.to_dict().items():
+        old = saved.get(key, defaults.get(key))
+        if _normal(old) != _normal(new):
+            out[key] = (old, new)
+    return out
+
+
+def _normal(value):
+    return json.loads(json.dumps(value, sort_keys=True))  # tuples as lists, as in config.json
+
+
+def _fmt(changes: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items()))
+
+
+def check_resume(config: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """The changes of :data:`EXTENSIONS` a resume of ``config.out_dir`` would make to the checkpoint's
+    config, ``{key: (saved, new)}`` (empty when there is nothing to resume); refuses changes outside
+    :data:`RESUMABLE_CHANGES` and extensions that cannot be honoured (see the module docstring)."""
+    path = checkpoint_dir(config.out_dir) if config.resume else None
+    if path is None:
+        return {}
+    meta = read_checkpoint_meta(path)
+    step = int(meta.get("step", 0))
+    changes = config_changes(meta["config"], config)
+    where = f"out_dir {config.out_dir} holds a checkpoint at step {step}"
+    remedy = ("use another out_dir, or set resume=false to start over in this one (its checkpoint is then "
+              "replaced)")
+    refused = {k: v for k, v in changes.items() if k not in RESUMABLE_CHANGES}
+    if refused:
+        raise UserError(f"{where} made with a different config: {_fmt(refused)}; a resumed run must keep every "
+                        f"key except {', '.join(sorted(RESUMABLE_CHANGES))}: {remedy}")
+    if "steps" in changes:
+        if config.lr_schedule == "cosine":
+            raise UserError(f"{where}: steps: {changes['steps'][0]!r} -> {config.steps!r} would change the cosine "
+                            f"learning-rate schedule of the steps already taken; keep steps={changes['steps'][0]!r} "
+                            f"or {remedy}")
+        if config.steps < step:
+            raise UserError(f"{where}, past steps={config.steps}; keep steps >= {step} or {remedy}")
+    spent = int((meta.get("totals") or {}).get("rollouts", 0))
+    if "max_rollouts" in changes and 0 < config.max_rollouts < spent:
+        raise UserError(f"{where} that has spent {spent} rollouts, more than max_rollouts={config.max_rollouts}; "
+                        f"keep max_rollouts >= {spent} (or 0) or {remedy}")
+    return {k: v for k, v in changes.items() if k in EXTENSIONS}
+
+
+def check_out_dir(out_dir: str) -> None:
+    """Refuse an ``out_dir`` that is a file, lies under a file, or cannot be written."""
+    path = Path(out_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"out_dir={out_dir!r} is a file, not a directory")
+    existing = next(p for p in [path, *path.absolute().parents] if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"out_dir={out_dir!r} cannot be made: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"out_dir={out_dir!r} cannot be written: no write permission on {existing}")
+
+
+def check_group_size(config: TrainConfig, curator) -> None:
+    """Refuse ``group_size=1`` where every advantage would be 0: grpo, drgrpo and rloo compare a
+    rollout with the rest of its group. Only a sampler that keeps a pool baseline (``ada_seq_*``:
+    p_hat of all the rollouts it drew) gives one kept rollout a signal, with ``grpo`` or ``drgrpo``."""
+    if config.group_size >= 2:
+        return
+    from rlcurate.curation.ada import AdaSeqSampler
+
+    if isinstance(getattr(curator, "sampler", None), AdaSeqSampler) and config.advantage != "rloo":
+        return
+    raise UserError(f"group_size={config.group_size} with advantage={config.advantage} and strategy="
+                    f"{config.strategy}: the advantage compares each rollout with the others of its group, so with "
+                    "one rollout it is 0 and nothing is learned (loss and gradient 0 at every step); use "
+                    "group_size >= 2")
+
+
+def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool = True):
+    """Every check of a run that needs no model; returns ``(task, curator, changes)``: the task and
+    curator built from the config unless given, and the allowed config changes of a resume
+    (:func:`check_resume`)."""
+    if curator is None:
+        from rlcurate.curation import build_curator
+
+        curator = build_curator(config.strategy, **config.strategy_kwargs)
+    check_group_size(config, curator)
+    if task is None:
+        from rlcurate.tasks.datasets import DatasetUnavailableError
+        from rlcurate.tasks.registry import get_task
+
+        task = get_task(config.task, **config.task_kwargs)
+        try:
+            if not task.problems("train"):
+                raise UserError(f"task {config.task!r} with task_kwargs {config.task_kwargs} has no training problems")
+        except DatasetUnavailableError as exc:
+            raise UserError(f"task {config.task!r}: {exc}") from None
+    if check_model:
+        from rlcurate.models.hf import check_model_source
+
+        check_model_source(config.model)
+    check_out_dir(config.out_dir)
+    changes = check_resume(config)
+    return task, curator, changes

@@ -1,0 +1,401 @@
+"""Bad inputs to training (issue #12, "Training refuses what it cannot do right"): each is refused with
+one line before any model loads, or handled and counted; none ends in a traceback, a silent wrong
+result or lost work. Each test is one row of the issue's table of bad inputs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from rlcurate.cli import main
+from rlcurate.errors import UserError
+from rlcurate.tasks.arithmetic import ArithmeticTask
+from rlcurate.tasks.base import Problem, Reward, prompt_tokens, render_chat, split_long_prompts
+from rlcurate.train import Trainer, TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SPREAD = REPO / "data" / "tiny" / "spread"
+TINY_CFG = REPO / "configs" / "tiny_uniform.yaml"
+
+
+def _small(out: Path, **over) -> dict:
+    cfg = {"model": str(SPREAD), "task": "arithmetic",
+           "task_kwargs": {"levels": ["add2", "add3"], "n_train": 16, "n_test": 4},
+           "strategy": "uniform", "seed": 0, "steps": 2, "prompts_per_step": 2, "group_size": 2,
+           "max_new_tokens": 8, "eval_every": 0, "eval_prompts": 4, "eval_samples": 1, "checkpoint_every": 1,
+           "threads": 1, "progress": False, "save_model": False, "out_dir": str(out)}
+    cfg.update(over)
+    return cfg
+
+
+def _refused(capsys, argv, *needles):
+    """Run the CLI in-process; it must exit 2 with exactly one non-empty stderr line naming ``needles``."""
+    rc = main(list(argv))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2, err
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _train_refused(capsys, tmp_path, sets, *needles, config=TINY_CFG):
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--set", f"out_dir={out}"]
+    for s in sets:
+        argv += ["--set", s]
+    line = _refused(capsys, argv, *needles)
+    assert not out.exists(), "refused before any work: the run folder is not even made"
+    return line
+
+
+# ------------------------------------------------------------------------------ strategies
+def test_misspelt_strategy_is_refused_with_a_suggestion(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=unifrom"], "unknown strategy 'unifrom'", "did you mean 'uniform'")
+
+
+def test_composition_of_three_strategies_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=insight+ada_seq_balanced+dapo"], "at most two")
+
+
+def test_misspelt_part_of_a_composition_is_named(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=insight+ada_seq_balansed"], "'ada_seq_balansed'",
+                   "did you mean 'ada_seq_balanced'")
+
+
+def test_strategy_kwarg_the_strategy_does_not_take(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=ada_seq_balanced", "strategy_kwargs={max_round: 3}"],
+                   "does not take max_round", "did you mean 'max_rounds'")
+
+
+def test_flat_kwarg_no_part_of_a_composition_takes(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=insight+ada_seq_balanced", "strategy_kwargs={nonsense: 1}"],
+                   "no part of insight+ada_seq_balanced takes nonsense")
+
+
+def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=ada_seq_balanced", "strategy_kwargs={correction: bogus}"],
+                   "strategy 'ada_seq_balanced'", "correction")
+
+
+def test_validate_strategy_checks_without_building():
+    from rlcurate.curation.registry import validate_strategy
+
+    parts = validate_strategy("insight+ada_seq_balanced", {"insight": {}, "ada_seq_balanced": {"max_rounds": 2}})
+    assert parts == [("insight", {}), ("ada_seq_balanced", {"max_rounds": 2})]
+    with pytest.raises(UserError, match="strategy_kwargs must be a mapping"):
+        validate_strategy("uniform", [1, 2])
+
+
+# ------------------------------------------------------------------------------ tasks
+def test_misspelt_task_is_refused_with_a_suggestion(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["task=gsm9k"], "not a known task", "did you mean 'gsm8k'")
+
+
+def test_task_kwarg_the_task_does_not_take(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["task_kwargs={n_trian: 3}"], "task_kwargs", "n_trian",
+                   "did you mean 'n_train'")
+
+
+# ------------------------------------------------------------------------------ config files and --set
+def test_malformed_yaml_config_names_the_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: data/tiny/spread\nsteps: [1, 2\nseed: 0\n")
+    _train_refused(capsys, tmp_path, [], str(bad), "not valid YAML", "line", config=bad)
+
+
+def test_config_that_is_a_list_is_refused(capsys, tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- model: data/tiny/spread\n- steps: 3\n")
+    _train_refused(capsys, tmp_path, [], str(bad), "must be a mapping", config=bad)
+
+
+def test_missing_config_file(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, [], "config file not found", "nope.yaml", config=tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("lr=abc", "lr must be a number, got 'abc'"),
+    ("steps=-1", "steps must be a positive integer, got -1"),
+    ("lr=.inf", "lr must be a finite number"),
+    ("stratgy=insight", "did you mean 'strategy'"),
+    ("seed=[1", "cannot parse the value as YAML"),
+    ("lr.x=1", "lr is not a mapping"),
+    ("betas=[a, b]", "betas must be two numbers"),
+    ("resume=maybe", "resume must be true or false"),
+])
+def test_bad_set_value_is_refused(capsys, tmp_path, setting, needle):
+    _train_refused(capsys, tmp_path, [setting], needle)
+
+
+# ------------------------------------------------------------------------------ model and out_dir
+def test_missing_model_path_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["model=/does/not/exist"], "model='/does/not/exist'", "no such checkpoint")
+
+
+def test_folder_without_checkpoint_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, [f"model={tmp_path}"], "holds no config.json")
+
+
+def test_serve_missing_model_is_one_line(capsys):
+    _refused(capsys, ["serve", "--model", "/does/not/exist"], "--model='/does/not/exist'", "no such checkpoint")
+
+
+def test_out_dir_that_is_a_file(capsys, tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    _refused(capsys, ["train", "--config", str(TINY_CFG), "--set", f"out_dir={f}"], "is a file, not a directory")
+    _refused(capsys, ["train", "--config", str(TINY_CFG), "--set", f"out_dir={f}/run"], "cannot be made", "is a file")
+    assert f.read_text() == "x"
+
+
+def test_unwritable_out_dir_is_refused(monkeypatch, tmp_path):
+    from rlcurate.train import preflight
+
+    monkeypatch.setattr(preflight.os, "access", lambda path, mode: False)  # as root, chmod would not bite
+    with pytest.raises(UserError, match="cannot be written: no write permission"):
+        preflight.check_out_dir(str(tmp_path / "run"))
+
+
+# ------------------------------------------------------------------------------ group size
+def test_group_size_one_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["group_size=1"], "group_size=1", "advantage=grpo", "nothing is learned")
+
+
+def test_group_size_one_with_a_pool_baseline_is_allowed_but_not_with_rloo():
+    from rlcurate.curation import build_curator
+    from rlcurate.train.preflight import check_group_size
+
+    ada = build_curator("ada_seq_balanced")
+    check_group_size(TrainConfig(group_size=1, strategy="ada_seq_balanced"), ada)  # p_hat of the pool
+    with pytest.raises(UserError, match="advantage=rloo"):
+        check_group_size(TrainConfig(group_size=1, strategy="ada_seq_balanced", advantage="rloo"), ada)
+
+
+# ------------------------------------------------------------------------------ resume
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, one_thread):
+    """A 2-step run with a checkpoint at step 2 (copied by each test that changes it)."""
+    out = tmp_path_factory.mktemp("resume") / "run"
+    Trainer(TrainConfig.from_dict(_small(out))).run()
+    return out
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_resume_with_another_seed_is_refused_with_the_diff(capsys, tmp_path, finished_run):
+    run = _copy_run(finished_run, tmp_path / "run")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(_small(run)))
+    before = (run / "config.json").read_text()
+    line = _refused(capsys, ["train", "--config", str(cfg), "--set", "seed=1", "--set", "steps=6",
+                             "--set", "strategy=insight"], "checkpoint at step 2", "seed: 0 -> 1",
+                    "strategy: 'uniform' -> 'insight'", "resume=false")
+    assert "steps" not in line.split("made with a different config:")[1].split(";")[0]  # steps may change
+    assert (run / "config.json").read_text() == before  # the saved config still says seed 0
+
+
+def test_resume_extending_steps_is_allowed_and_recorded(tmp_path, finished_run, one_thread, caplog):
+    run = _copy_run(finished_run, tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rlcurate.train.trainer"):
+        summary = Trainer(TrainConfig.from_dict(_small(run, steps=3))).run()
+    assert summary["steps"] == 3
+    assert summary["config_changes"] == [{"step": 2, "changes": {"steps": [2, 3]}}]
+    assert "steps: 2 -> 3" in caplog.text
+    assert json.loads((run / "config.json").read_text())["steps"] == 3
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_resume_below_the_checkpoint_step_is_refused(tmp_path, finished_run):
+    from rlcurate.train.preflight import check_resume
+
+    with pytest.raises(UserError, match="past steps=1"):
+        check_resume(TrainConfig.from_dict(_small(finished_run, steps=1)))
+
+
+def test_resume_with_a_budget_below_what_was_spent_is_refused(finished_run):
+    from rlcurate.train.preflight import check_resume
+
+    spent = json.loads((finished_run / "checkpoint" / "trainer.json").read_text())["totals"]["rollouts"]
+    assert check_resume(TrainConfig.from_dict(_small(finished_run, max_rollouts=spent + 4))) == {
+        "max_rollouts": (0, spent + 4)}  # a budget above what was spent: allowed, and recorded
+    with pytest.raises(UserError, match=f"has spent {spent} rollouts, more than max_rollouts=2"):
+        check_resume(TrainConfig.from_dict(_small(finished_run, max_rollouts=2)))
+
+
+def test_resume_changing_steps_of_a_cosine_schedule_is_refused(tmp_path, finished_run):
+    from rlcurate.train.preflight import check_resume
+
+    run = _copy_run(finished_run, tmp_path / "run")
+    meta = json.loads((run / "checkpoint" / "trainer.json").read_text())
+    meta["config"]["lr_schedule"] = "cosine"
+    (run / "checkpoint" / "trainer.json").write_text(json.dumps(meta))
+    check_resume(TrainConfig.from_dict(_small(run, lr_schedule="cosine")))  # the same steps: fine
+    with pytest.raises(UserError, match="cosine learning-rate schedule"):
+        check_resume(TrainConfig.from_dict(_small(run, lr_schedule="cosine", steps=4)))
+
+
+# ------------------------------------------------------------------------------ rewards and gradients
+class _NaNTask(ArithmeticTask):
+    """Arithmetic whose verifier returns NaN for every other problem of each split (a broken reward)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.broken = {p.uid for split in ("train", "test") for p in self.problems(split)[::2]}
+
+    def reward(self, problem, completion):
+        if problem.uid in self.broken:
+            return Reward(float("nan"), "broken")
+        return super().reward(problem, completion)
+
+
+def test_nan_rewards_are_left_out_and_counted(tmp_path, spread_policy, caplog):
+    model, tok, _ = spread_policy
+    task = _NaNTask(levels=["add2", "add3"], n_train=16, n_test=4)
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", steps=4, prompts_per_step=4, eval_every=4))
+    with caplog.at_level(logging.WARNING, logger="rlcurate.train.trainer"):
+        Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task).run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r.get("nonfinite_reward_rollouts", 0) for r in rows) > 0
+    assert rows[0]["step"] == 0 and rows[0]["eval/nonfinite_rewards"] == 2  # 2 of the 4 held-out prompts
+    assert all(np.isfinite(r["reward_mean"]) and np.isfinite(r["loss"]) for r in rows if "loss" in r)
+    assert "non-finite reward" in caplog.text
+    state = torch.load(tmp_path / "run" / "checkpoint" / "state.pt", weights_only=False)["model"]
+    assert all(torch.isfinite(v).all() for v in state.values())
+
+
+def test_nonfinite_gradient_skips_the_optimizer_step(tmp_path, spread_policy):
+    from rlcurate.train.loss import TrainSample, aggregation_coefficients
+
+    model, tok, task = spread_policy
+    tr = Trainer(TrainConfig.from_dict(_small(tmp_path / "run")), model=copy.deepcopy(model), tokenizer=tok,
+                 task=task)
+    first = next(tr.model.parameters())
+    first.register_hook(lambda g: torch.full_like(g, float("nan")))
+    samples = [TrainSample([5, 6, 7], [8, 9, 10], 1.0)]
+    aggregation_coefficients(samples, "token-mean", 8)
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    out = tr._update(samples)
+    assert out["nonfinite_grad_steps"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+
+
+# ------------------------------------------------------------------------------ prompt length
+class _HugeQuestionTask(ArithmeticTask):
+    """Arithmetic plus one training question of 5 MB."""
+
+    def problems(self, split="train"):
+        out = super().problems(split)
+        if split == "train":
+            out = [Problem(uid="huge", question="12+34 " * 850_000, answer="46")] + out
+        return out
+
+    def render(self, problem, tokenizer, hint=None):
+        if problem.uid == "huge":
+            return render_chat(tokenizer, [{"role": "user", "content": problem.question}])
+        return super().render(problem, tokenizer, hint=hint)
+
+
+def test_a_5mb_question_is_left_out_and_counted(tmp_path, spread_policy, caplog):
+    model, tok, _ = spread_policy
+    task = _HugeQuestionTask(levels=["add2", "add3"], n_train=16, n_test=4)
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", steps=1))
+    with caplog.at_level(logging.WARNING, logger="rlcurate.train.trainer"):
+        tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
+        summary = tr.run()
+    assert "huge" not in {p.uid for p in tr.train_problems}
+    assert len(tr.train_problems) == len(task.problems("train")) - 1
+    assert summary["prompts_too_long"] == {"train": 1, "test": 0, "max_prompt_tokens": 4096}
+    assert "left out 1 training prompt(s) longer than max_prompt_tokens=4096" in caplog.text
+
+
+def test_prompt_length_is_bounded_without_tokenizing_a_huge_text():
+    class Recorder:
+        def __init__(self):
+            self.lengths = []
+
+        def encode(self, text, add_special_tokens=False):
+            self.lengths.append(len(text))
+            return list(range(len(text)))  # one token per character
+
+    rec = Recorder()
+    assert prompt_tokens("x" * 5_000_000, rec, 100) > 100
+    assert max(rec.lengths) < 10_000
+    kept, too_long = split_long_prompts([Problem("a", "1+1", "2"), Problem("b", "y" * 500, "2")],
+                                        lambda p: p.question, Recorder(), 100)
+    assert [p.uid for p in kept] == ["a"] and [(p.uid, n) for p, n in too_long] == [("b", 500)]
+
+
+def test_every_prompt_too_long_is_refused(tmp_path, spread_policy):
+    model, tok, task = spread_policy
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", max_prompt_tokens=3))
+    with pytest.raises(UserError, match="every training prompt .* longer than max_prompt_tokens=3"):
+        Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
+
+
+# ------------------------------------------------------------------------------ rlcurate runs
+def _suite(tmp_path, runs, **extra) -> Path:
+    suite = {"name": "t", "base": str(TINY_CFG), "overrides": {"model": str(SPREAD), "steps": 1},
+             "seeds": [0], "runs": runs, **extra}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def _runs_refused(capsys, tmp_path, suite, *needles, extra=()):
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    line = _refused(capsys, ["runs", "--suite", str(suite), "--out", str(out), "--scratch", str(scratch), *extra],
+                    *needles)
+    assert not out.exists() and not scratch.exists(), "refused before any run starts"
+    return line
+
+
+def test_runs_unknown_suite_file(capsys, tmp_path):
+    _runs_refused(capsys, tmp_path, tmp_path / "nope.yaml", "suite file not found")
+
+
+def test_runs_malformed_suite_yaml(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\nruns: {a: {}\n")
+    _runs_refused(capsys, tmp_path, bad, "not valid YAML", "line")
+
+
+def test_runs_suite_that_is_a_list(capsys, tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- name: t\n")
+    _runs_refused(capsys, tmp_path, bad, "a suite must be a mapping")
+
+
+def test_runs_unknown_run_name(capsys, tmp_path):
+    _runs_refused(capsys, tmp_path, _suite(tmp_path, {"uniform": {}, "dapo": {"strategy": "dapo"}}),
+                  "unknown run(s) unifrm", "did you mean 'uniform'", extra=["--only", "unifrm"])
+
+
+def test_runs_with_one_invalid_run_config_start_nothing(capsys, tmp_path):
+    suite = _suite(tmp_path, {"good": {}, "bad": {"lr": "abc"}})
+    _runs_refused(capsys, tmp_path, suite, "run 'bad'", "lr must be a number")
+
+
+def test_runs_with_a_misspelt_strategy_start_nothing(capsys, tmp_path):
+    suite = _suite(tmp_path, {"good": {}, "typo": {"strategy": "insigth"}})
+    _runs_refused(capsys, tmp_path, suite, "run 'typo'", "did you mean 'insight'")
+
+
+def test_runs_seeds_that_are_not_integers(capsys, tmp_path):
+    _runs_refused(capsys, tmp_path, _suite(tmp_path, {"uniform": {}}), "--seeds must be comma-separated integers",
+                  extra=["--seeds", "0,one"])

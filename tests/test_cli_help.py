@@ -1,0 +1,170 @@
+"""The command line reads as a tool (issue #12): plain-text help with defaults, whole strategy
+descriptions, ``python -m rlcurate``, and the SmolLM2 preset of the arithmetic task."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rlcurate._help import plain
+from rlcurate.cli import main
+from rlcurate.presets import task_kwargs_for
+
+RST = ("``", ":class:", ":func:", ":mod:", ":meth:", "python -m rlcurate.")
+
+# A default each command's --help must show.
+DEFAULTS = {
+    "train": "group_size = 8",
+    "audit": "most tokens per completion (default: 64)",
+    "warmstart": "optimizer steps (default: 2500)",
+    "serve": "(default: 8000)",
+    "runs": "(default: 1)",
+}
+
+
+def help_of(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(DEFAULTS) + ["strategies"])
+def test_every_help_is_plain_text_with_defaults(command, capsys):
+    out = help_of([command, "--help"], capsys)
+    assert out.startswith(f"usage: rlcurate {command} ")
+    for markup in RST:
+        assert markup not in out, f"{markup!r} in rlcurate {command} --help"
+    if command in DEFAULTS:
+        assert DEFAULTS[command] in " ".join(out.split())
+    assert "(default: None)" not in out
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    for argv in ([], ["--help"], ["help"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: rlcurate <command>")
+        for command in ("train", "audit", "warmstart", "serve", "runs", "strategies", "RLCURATE_DATA_DIR"):
+            assert command in out
+        for markup in RST:
+            assert markup not in out
+    assert help_of(["help", "serve"], capsys).startswith("usage: rlcurate serve ")
+
+
+def test_plain_strips_restructured_text():
+    text = ("The ``rlcurate`` command, :class:`TransformersEngine`, :class:`~rlcurate.rollout.OpenAIEngine`, "
+            ":mod:`rlcurate.rollout.server` (chapter 4, *The variance audit*), a * b, **strong**; example::")
+    assert plain(text) == ("The rlcurate command, TransformersEngine, OpenAIEngine, rlcurate.rollout.server "
+                           "(chapter 4, The variance audit), a * b, strong; example:")
+
+
+def test_strategies_gives_whole_descriptions_and_explains_composition(capsys):
+    from rlcurate.curation import available
+    from rlcurate.curation.registry import _REGISTRY
+
+    assert main(["strategies"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for name in available():
+        first_paragraph = (_REGISTRY[name].__doc__ or "").strip().split("\n\n")[0]
+        assert f"{name} {' '.join(plain(first_paragraph).split())}" in out
+    assert "a+b combines two strategies: the selector of a" in out
+    assert "the sampler and processors of b" in out
+    assert "``" not in out
+
+
+def test_strategies_describes_one_strategy_and_a_composition(capsys):
+    assert main(["strategies", "insight+ada_seq_balanced"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("insight+ada_seq_balanced: the selector of insight with the sampler and processors "
+                          "of ada_seq_balanced.")
+    assert "options (strategy_kwargs) and their defaults:" in out
+    assert "    mu = 0.3" in out and "    max_rounds = 4" in out
+
+
+def test_python_dash_m_rlcurate():
+    res = subprocess.run([sys.executable, "-m", "rlcurate", "strategies"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "uniform" in res.stdout and "insight" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "rlcurate", "--version"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("rlcurate ")
+
+
+# ---------------------------------------------------------------- the SmolLM2 preset
+
+
+def test_smollm2_picks_the_chat_style_of_arithmetic():
+    kwargs, note = task_kwargs_for("smollm2", "arithmetic", {"n_test": 4})
+    assert kwargs == {"n_test": 4, "style": "chat"} and "chat style" in note
+    assert task_kwargs_for("smollm2", "arithmetic", {"style": "tiny"}) == ({"style": "tiny"}, None)
+    assert task_kwargs_for("data/tiny/spread", "arithmetic", {}) == ({}, None)
+    assert task_kwargs_for("smollm2", "gsm8k", {}) == ({}, None)
+
+
+def test_preset_renders_chat_prompts_for_smollm2_and_tiny_ones_for_the_tiny_model(tmp_path):
+    from transformers import AutoTokenizer
+
+    from rlcurate.models.tiny import build_tiny_tokenizer
+    from rlcurate.tasks import get_task
+
+    # A ChatML template like SmolLM2's, on a tokenizer that needs no download.
+    chatml = build_tiny_tokenizer()
+    chatml.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    chat = get_task("arithmetic", **task_kwargs_for("smollm2", "arithmetic", {})[0])
+    problem = chat.problems("test")[0]
+    m = problem.meta
+    sym = {"add": "+", "sub": "-", "mul": "*"}[m["op"]]
+    text = chat.render(problem, chatml)
+    assert f"<|im_start|>user\nWhat is {m['a']} {sym} {m['b']}?<|im_end|>" in text
+    assert text.endswith(f"<|im_start|>assistant\n{m['a']} {sym} {m['b']} =")
+    assert "What is 3 + 4?" in text  # the few-shot turns
+
+    tiny = get_task("arithmetic", **task_kwargs_for("data/tiny/spread", "arithmetic", {})[0])
+    problem = tiny.problems("test")[0]
+    m = problem.meta
+    sym = {"add": "+", "sub": "-", "mul": "*"}[m["op"]]
+    assert tiny.render(problem, AutoTokenizer.from_pretrained("data/tiny/spread")) == (
+        f"<|user|>{m['a']}{sym}{m['b']}=<|assistant|>")
+
+
+def test_audit_cli_applies_the_preset_before_loading(tmp_path, capsys, monkeypatch):
+    """``--model smollm2`` reaches the audit with style chat, and says so on stderr."""
+    import rlcurate.audit.runner as runner
+
+    seen = {}
+
+    def stop_at_run(config, out, **kwargs):
+        seen["task_kwargs"] = config.task_kwargs
+        raise runner.AuditError("stopped by the test before loading the model")
+
+    monkeypatch.setattr(runner, "run_audit", stop_at_run)
+    assert main(["audit", "--model", "smollm2", "--task", "arithmetic", "--out", str(tmp_path / "a")]) == 2
+    assert seen["task_kwargs"] == {"style": "chat"}
+    assert "model smollm2: the arithmetic task uses its chat style" in capsys.readouterr().err
+
+
+def test_train_cli_applies_the_preset(tmp_path, capsys, monkeypatch):
+    import rlcurate.train as train
+
+    seen = {}
+
+    class FakeTrainer:
+        def __init__(self, config, **kwargs):
+            seen["task_kwargs"] = dict(config.task_kwargs)
+
+        def run(self):
+            return {"first_eval": None, "final_eval": None}
+
+    monkeypatch.setattr(train, "Trainer", FakeTrainer)
+    out = str(tmp_path / "run")
+    assert main(["train", "--set", "model=smollm2", "--set", f"out_dir={out}"]) == 0
+    assert seen["task_kwargs"] == {"style": "chat"}
+    assert "rlcurate train: model smollm2: the arithmetic task uses its chat style" in capsys.readouterr().err
+    assert main(["train", "--set", "model=smollm2", "--set", "task_kwargs={style: tiny}",
+                 "--set", f"out_dir={out}"]) == 0
+    assert seen["task_kwargs"] == {"style": "tiny"} and "chat style" not in capsys.readouterr().err
