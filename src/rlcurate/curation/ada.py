@@ -54,6 +54,23 @@ objective's weight w(p_hat) (log: 1/p_hat, as in the prototype), at least ``n_mi
 budget of ``group_size`` per prompt; all samples are trained. ``hybrid=True`` is the paper's Alg. 1:
 n_i proportional to 1/sqrt(p_hat + eps) and an extra group weight 1/sqrt(r_bar + eps).
 
+*Graded rewards, and the statistics of the advantage.* Both variants follow the official code's
+``global_stat_est=True`` (the released script's setting): a rollout is a success iff its reward
+exceeds ``positive_threshold``, and the baseline p_hat and the std of the advantage are those of the
+*binarised* pool (Ada-Seq: every rollout generated for the prompt this step; Ada-Est: its trained
+group), :func:`rlcurate.stats.advantages.pool_advantages`. The reward itself enters with its value.
+So a graded reward is judged against the pool's *pass rate*, not against the mean reward: in a group
+[0, 1, .5, .5, .5, 1, .5, .5] (2 successes of 8) a partial-credit 0.5 gets A = 0.5 - 0.25 = +0.25 under
+Dr. GRPO, where the raw group mean 0.5625 would give it -0.0625. The std of the binarised pool is
+floored at 1 / sqrt(N) (the std of a pool with one success), so a pool without successes and graded
+kept rewards gets |A| <= sqrt(N) (the official code clamps it at eps: 0.1 / 2e-6 = 50000). With 0/1
+rewards everything above is the plain pool (or group) statistics. ``global_stat_est=False`` uses the
+statistics of the kept group's own raw rewards instead (the official option of the same name).
+
+Reference options not offered: Ada-Est with a learned value network V_phi(x) for p_hat (the paper's
+other estimate; no released code), the Tinker port's baseline accumulated over all epochs (it is not
+the verl code), and the fork-only ``min_positive_samples``, ``correct_bias``, ``diy_reweight``.
+
 Defaults. Code (RLHFlow/Reinforce-Ada, verl): ``max_rounds=4``, ``round_repeat=8``,
 ``positive_threshold=0.7``, n = 4 in the released script (budget <= 32 per prompt); here n is the run's
 ``group_size``. Paper text examples: M = 16, N_max = 128, n = 16, K_pos = 16 or K_pos = K_neg = 8;
@@ -74,6 +91,7 @@ import numpy as np
 
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
 from rlcurate.curation.registry import register
+from rlcurate.stats.advantages import centred, pool_advantages, standardised
 from rlcurate.stats.allocation import round_preserving_sum
 from rlcurate.stats.objectives import get_objective
 
@@ -203,6 +221,9 @@ class AdaSeqDownsample(Processor):
     """Downsample each Ada-Seq pool to the trained group (:func:`downsample_plan`), keep the pool's
     p_hat as the baseline and apply the ``correction`` weight (:func:`correction_weight`).
 
+    ``global_stat_est=False``: the advantage uses the kept group's own statistics, not the pool's
+    (the pool's counts stay in ``pool_successes`` / ``pool_size`` for belief selectors).
+
     ``reweight_classes=True`` adds per-rollout weights (N_class / N) / (k_class / m) as token weights
     (m = kept rollouts) so that the kept group represents the pool's class shares (see the module
     docstring: it turns the estimator into one of grad p, or with ``inverse_p`` of grad log p, up to
@@ -212,7 +233,7 @@ class AdaSeqDownsample(Processor):
     name = "ada_downsample"
 
     def __init__(self, rule: SeqRule | None = None, correction: str = "none", reweight_classes: bool = False,
-                 clip: float = 1e-3):
+                 clip: float = 1e-3, global_stat_est: bool = True):
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
         if not 0 < clip < 1:
@@ -221,6 +242,7 @@ class AdaSeqDownsample(Processor):
         self.correction = correction
         self.reweight_classes = bool(reweight_classes)
         self.clip = float(clip)
+        self.global_stat_est = bool(global_stat_est)
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
         n = ctx.group_size
@@ -236,7 +258,8 @@ class AdaSeqDownsample(Processor):
             keep = sorted(pos[:k_pos].tolist() + neg[:k_neg].tolist())
             sub = g.subset(keep)
             p_hat = pos.size / N
-            sub.pool_size, sub.pool_successes, sub.baseline = N, float(pos.size), p_hat
+            sub.pool_size, sub.pool_successes = N, float(pos.size)
+            sub.baseline = p_hat if self.global_stat_est else None
             sub.weight = g.weight * correction_weight(p_hat, self.correction, self.clip)
             if self.reweight_classes and keep:
                 m = len(keep)
@@ -285,29 +308,34 @@ def seq_pool_distribution(p: float, n: int, mode: str = "balanced", max_rounds: 
     return [(a, b, f, pr) for (a, b, f), pr in sorted(done.items())]
 
 
-def _advantages(p_hat: float, N: int, advantage: str, eps: float) -> tuple[float, float]:
-    """(A for a positive, A for a negative) of the trainer's rule with the pool baseline."""
-    if advantage == "drgrpo":
-        return 1.0 - p_hat, -p_hat
-    if advantage == "grpo":
-        if N <= 1:
-            return 0.0, 0.0
-        std = math.sqrt(max(p_hat * (1 - p_hat) * N / (N - 1), 0.0))
-        d = max(std, eps) + eps
-        return (1.0 - p_hat) / d, -p_hat / d
-    raise ValueError(f"advantage must be 'drgrpo' or 'grpo' (pool baseline), got {advantage!r}")
+def _advantages(p_hat: float, N: int, advantage: str, eps: float,
+                kept: tuple[int, int] | None = None) -> tuple[float, float]:
+    """(A for a positive, A for a negative): exactly the trainer's rule, through the same function.
+    With the pool's statistics (p_hat of N rollouts) :func:`rlcurate.stats.advantages.pool_advantages`;
+    with ``kept`` = (k_+, k_-), the kept group's own (``global_stat_est=False``)."""
+    if advantage not in ("drgrpo", "grpo"):
+        raise ValueError(f"advantage must be 'drgrpo' or 'grpo' (pool baseline), got {advantage!r}")
+    if kept is None:
+        a = pool_advantages(np.array([1.0, 0.0]), p_hat, N, advantage, eps)
+        return float(a[0]), float(a[1])
+    k_pos, k_neg = kept
+    r = np.r_[np.ones(k_pos), np.zeros(k_neg)]
+    a = centred(r) if advantage == "drgrpo" else standardised(r, eps=eps, ddof=1)
+    return (float(a[0]) if k_pos else 0.0), (float(a[-1]) if k_neg else 0.0)
 
 
 def seq_effective_weight(p, n: int, mode: str = "balanced", max_rounds: int = 4, round_repeat: int = 8,
                          k_pos: int = 1, correction: str = "none", reweight_classes: bool = False,
-                         advantage: str = "drgrpo", clip: float = 1e-3, eps: float = 1e-6):
+                         advantage: str = "drgrpo", clip: float = 1e-3, eps: float = 1e-6,
+                         global_stat_est: bool = True):
     """W(p) with E[g_hat] = W(p) grad p exactly, for Ada-Seq's per-prompt estimator
     g_hat = (w / n) sum_{j kept} c_j A_j grad log pi(a_j | x) (chapter 6).
 
     The expectation runs over the whole sampling process (:func:`seq_pool_distribution`), using
     E[grad log pi | r = 1] = grad p / p and E[grad log pi | r = 0] = -grad p / (1 - p) for each kept
     rollout; w is the correction weight at p_hat = N_pos / N, c_j the class weights of
-    ``reweight_classes`` (else 1), A_j the trainer's advantage with the pool baseline. Compare with
+    ``reweight_classes`` (else 1), A_j the trainer's advantage with the pool baseline (or, with
+    ``global_stat_est=False``, the kept group's own statistics). Compare with
     f'(p): 1 for grad p, 1/p for grad log p. ``p`` may be an array (0 < p < 1).
     """
     p_arr = np.atleast_1d(np.asarray(p, dtype=float))
@@ -323,7 +351,7 @@ def seq_effective_weight(p, n: int, mode: str = "balanced", max_rounds: int = 4,
             m = kp + kn
             if m == 0:
                 continue
-            a_pos, a_neg = _advantages(p_hat, N, advantage, eps)
+            a_pos, a_neg = _advantages(p_hat, N, advantage, eps, None if global_stat_est else (kp, kn))
             c_pos = c_neg = 1.0
             if reweight_classes:
                 c_pos = (a / N) / (kp / m) if kp else 0.0
@@ -394,6 +422,13 @@ class AdaEstSampler(Sampler):
     also sets ``Group.weight = 1/sqrt(r_bar + eps)`` (the paper's Alg. 1; use ``advantage="drgrpo"`` for
     its A = (r - r_bar) / sqrt(r_bar + eps)). Budget: ``budget_per_prompt`` (default ``group_size``)
     times the number of prompts.
+
+    The advantage's statistics (``global_stat_est=True``, the prototype's script): r_bar is the share of
+    the group's rewards above ``positive_threshold`` and the std that of the binarised group, as for
+    Ada-Seq's pool (module docstring); a graded reward keeps its value. The group then carries
+    ``baseline`` = r_bar and ``pool_size`` = its size. With 0/1 rewards these are the group's own mean
+    and std, which the trainer computes without them (the group carries none). ``global_stat_est=False``:
+    the raw rewards' mean and std (and r_bar the raw mean in the hybrid weight).
     """
 
     name = "ada_est"
@@ -401,7 +436,7 @@ class AdaEstSampler(Sampler):
     def __init__(self, alpha: float = 1.0, beta: float = 16.0, decay: float = 0.9, objective: str = "log",
                  objective_kwargs: dict | None = None, hybrid: bool = False, eps: float = 1e-3, n_min: int = 1,
                  n_max: int | None = None, budget_per_prompt: int | None = None,
-                 positive_threshold: float = POSITIVE_THRESHOLD):
+                 positive_threshold: float = POSITIVE_THRESHOLD, global_stat_est: bool = True):
         if not (alpha > 0 and beta > 0):
             raise ValueError(f"alpha and beta must be > 0, got {alpha!r}, {beta!r}")
         if not 0 <= decay <= 1:
@@ -416,6 +451,7 @@ class AdaEstSampler(Sampler):
         self.budget_per_prompt = None if budget_per_prompt is None else _int_at_least(
             "budget_per_prompt", budget_per_prompt, 1)
         self.positive_threshold = float(positive_threshold)
+        self.global_stat_est = bool(global_stat_est)
         self.counts: dict[int, list[float]] = {}  # index -> [N_tot, N_pos]
         self.last_allocation: list[int] = []
 
@@ -443,10 +479,16 @@ class AdaEstSampler(Sampler):
         groups = ctx.generate(indices, [int(k) for k in n])
         call: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
         for g in groups:
+            k = float(np.sum(g.rewards > self.positive_threshold))
             call[g.index][0] += g.size
-            call[g.index][1] += float(np.sum(g.rewards > self.positive_threshold))
+            call[g.index][1] += k
+            r_bar = float(g.rewards.mean()) if g.size else 0.0
+            if self.global_stat_est and g.size:
+                r_bar = k / g.size
+                if not np.isin(g.rewards, (0.0, 1.0)).all():  # graded: the binarised group's statistics
+                    g.baseline, g.pool_size, g.pool_successes = r_bar, g.size, k
             if self.hybrid and g.size:
-                g.weight = g.weight / math.sqrt(float(g.rewards.mean()) + self.eps)
+                g.weight = g.weight / math.sqrt(r_bar + self.eps)
         for i, (n_tot, n_pos) in call.items():  # one decayed update per prompt and step
             old = self.counts.get(i, [0.0, 0.0])
             self.counts[i] = [self.decay * old[0] + n_tot, self.decay * old[1] + n_pos]
@@ -462,40 +504,46 @@ class AdaEstSampler(Sampler):
 
 # ====================================================================================== registered names
 def _seq_curator(name: str, rule: SeqRule, max_rounds: int, round_repeat: int, correction: str,
-                 reweight_classes: bool) -> Curator:
+                 reweight_classes: bool, global_stat_est: bool = True) -> Curator:
     sampler = AdaSeqSampler(rule, max_rounds, round_repeat)
-    return Curator(Selector(), sampler, [AdaSeqDownsample(rule, correction, reweight_classes)], name=name)
+    processor = AdaSeqDownsample(rule, correction, reweight_classes, global_stat_est=global_stat_est)
+    return Curator(Selector(), sampler, [processor], name=name)
 
 
 @register("ada_seq_balanced")
 def ada_seq_balanced(max_rounds: int = 4, round_repeat: int = 8, positive_threshold: float = POSITIVE_THRESHOLD,
-                     correction: str = "none", reweight_classes: bool = False) -> Curator:
+                     correction: str = "none", reweight_classes: bool = False, global_stat_est: bool = True) -> Curator:
     """Reinforce-Ada-Seq, balanced exit (Xiong et al., 2025; chapter 6): rounds of ``round_repeat``
     rollouts until #pos >= n//2 and #neg >= n - n//2 (at most ``max_rounds``), balanced downsample to
-    n = group_size, baseline p_hat of the pool, optional ``correction`` (none as the released code,
-    ``inverse_p`` as the v3 paper) and ``reweight_classes``."""
+    n = group_size, baseline p_hat of the pool (``global_stat_est=False``: the kept group's own),
+    optional ``correction`` (none as the released code, ``inverse_p`` as the v3 paper) and
+    ``reweight_classes``."""
     rule = SeqRule("balanced", 1, positive_threshold)
-    return _seq_curator("ada_seq_balanced", rule, max_rounds, round_repeat, correction, reweight_classes)
+    return _seq_curator("ada_seq_balanced", rule, max_rounds, round_repeat, correction, reweight_classes,
+                        global_stat_est)
 
 
 @register("ada_seq_positive")
 def ada_seq_positive(max_rounds: int = 4, round_repeat: int = 8, positive_threshold: float = POSITIVE_THRESHOLD,
-                     k_pos: int = 1, correction: str = "none", reweight_classes: bool = False) -> Curator:
+                     k_pos: int = 1, correction: str = "none", reweight_classes: bool = False,
+                     global_stat_est: bool = True) -> Curator:
     """Reinforce-Ada-Seq, positive exit (chapter 6): rounds until #pos >= ``k_pos`` (1 as the
     released code), then the same downsample, baseline and corrections as ``ada_seq_balanced``."""
     rule = SeqRule("positive", k_pos, positive_threshold)
-    return _seq_curator("ada_seq_positive", rule, max_rounds, round_repeat, correction, reweight_classes)
+    return _seq_curator("ada_seq_positive", rule, max_rounds, round_repeat, correction, reweight_classes,
+                        global_stat_est)
 
 
 @register("ada_est")
 def ada_est(alpha: float = 1.0, beta: float = 16.0, decay: float = 0.9, objective: str = "log",
             objective_kwargs: dict | None = None, hybrid: bool = False, eps: float = 1e-3, n_min: int = 1,
             n_max: int | None = None, budget_per_prompt: int | None = None,
-            positive_threshold: float = POSITIVE_THRESHOLD) -> Curator:
+            positive_threshold: float = POSITIVE_THRESHOLD, global_stat_est: bool = True) -> Curator:
     """Reinforce-Ada-Est (chapter 6): rollouts proportional to w(p_hat) at a decayed Beta(alpha, beta)
     estimate (prototype defaults alpha=1, beta=16, decay=0.9, ``log`` weights 1/p_hat), at least
     ``n_min`` each, ``budget_per_prompt`` (default group_size) per prompt on average, all trained;
-    ``hybrid=True`` for the paper's 1/sqrt(p_hat) allocation and 1/sqrt(r_bar) weight."""
+    ``hybrid=True`` for the paper's 1/sqrt(p_hat) allocation and 1/sqrt(r_bar) weight; advantages
+    with the binarised group's statistics (``global_stat_est=False``: the raw rewards')."""
     sampler = AdaEstSampler(alpha, beta, decay, objective, objective_kwargs, hybrid, eps, n_min, n_max,
-                            budget_per_prompt, positive_threshold)
+                            budget_per_prompt, positive_threshold, global_stat_est)
     return Curator(Selector(), sampler, name="ada_est")

@@ -83,12 +83,19 @@ class GvmSampler(Sampler):
             (0, GVM's behaviour: prompts with p_i = 0 get nothing).
         train_pilot: merge the pilot into the training group (default) or train on the allocation only.
         positive_threshold: a response is accepted iff its reward exceeds it.
+        filter_threshold, filter_insufficient: the GVM code's filters (0: off, its defaults; see
+            :func:`rlcurate.stats.gvm_allocation`).
+
+    Not offered: GVM's offline EM schedule (estimate once per iteration over the whole dataset, then an
+    epoch of training with each prompt repeated n_i times), since the estimates here are taken online
+    at every step from the pilot; and its RAFT++ loss (``policy_loss=plusplus``), a loss, not curation.
     """
 
     name = "gvm"
 
     def __init__(self, pilot: int = 4, budget_per_prompt: int | None = None, alpha: float = 1e-3, beta: float = 2.0,
-                 min_per_prompt: int = 0, train_pilot: bool = True, positive_threshold: float = 0.7):
+                 min_per_prompt: int = 0, train_pilot: bool = True, positive_threshold: float = 0.7,
+                 filter_threshold: float = 0.0, filter_insufficient: float = 0.0):
         for name, v, lo in (("pilot", pilot, 1), ("min_per_prompt", min_per_prompt, 0)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
@@ -104,6 +111,7 @@ class GvmSampler(Sampler):
         self.min_per_prompt = int(min_per_prompt)
         self.train_pilot = bool(train_pilot)
         self.positive_threshold = float(positive_threshold)
+        self.filter_threshold, self.filter_insufficient = float(filter_threshold), float(filter_insufficient)
         self.last: dict = {}
         self._warned = False
 
@@ -125,6 +133,13 @@ class GvmSampler(Sampler):
                 G[k] = float(np.mean(ctx.grad_norms(g.subset(acc.tolist()))))
         return p, G
 
+    def _filters_keep_some(self, p: np.ndarray, G: np.ndarray, budget: int) -> bool:
+        try:
+            gvm_allocation(p, G, budget, self.alpha, self.beta, self.filter_threshold, self.filter_insufficient)
+        except ValueError:
+            return False
+        return True
+
     def metrics(self) -> dict[str, float]:
         return {"gvm_starved": self.last.get("starved", 0)}
 
@@ -139,10 +154,10 @@ class GvmSampler(Sampler):
         s_ok = (p > 0) & (G > 0)
         if rest == 0:
             alloc = np.zeros(B, dtype=np.int64)
-        elif s_ok.any():
-            alloc = gvm_allocation(p, G, rest, self.alpha, self.beta)
-        else:  # no prompt has an accepted pilot response: the rule is undefined, share evenly
-            log.info("gvm: no prompt of step %d has an accepted pilot response; allocating evenly", ctx.step)
+        elif s_ok.any() and self._filters_keep_some(p, G, rest):
+            alloc = gvm_allocation(p, G, rest, self.alpha, self.beta, self.filter_threshold, self.filter_insufficient)
+        else:  # no prompt has an accepted pilot response (or none passes the filters): share evenly
+            log.info("gvm: no prompt of step %d has a usable pilot estimate; allocating evenly", ctx.step)
             alloc = round_preserving_sum(np.full(B, rest / B), rest)
         n = self.min_per_prompt + alloc
         extra = ctx.generate(indices, [int(k) for k in n])
@@ -158,9 +173,11 @@ class GvmSampler(Sampler):
 
 @register("gvm")
 def gvm(pilot: int = 4, budget_per_prompt: int | None = None, alpha: float = 1e-3, beta: float = 2.0,
-        min_per_prompt: int = 0, train_pilot: bool = True, positive_threshold: float = 0.7) -> Curator:
+        min_per_prompt: int = 0, train_pilot: bool = True, positive_threshold: float = 0.7,
+        filter_threshold: float = 0.0, filter_insufficient: float = 0.0) -> Curator:
     """GVM (Yao et al., 2025; chapter 3): a pilot of ``pilot`` rollouts per prompt estimates p_i and
     the gradient norm G_i; ``budget_per_prompt`` x B more rollouts are allocated proportionally to
-    G_i / sqrt(p_i + alpha / p_i^(beta - 1)); prompts with p_i = 0 get none unless ``min_per_prompt``."""
+    G_i / sqrt(p_i + alpha / p_i^(beta - 1)); prompts with p_i = 0 get none unless ``min_per_prompt``;
+    the code's ``filter_threshold`` and ``filter_insufficient`` (0: off)."""
     return Curator(Selector(), GvmSampler(pilot, budget_per_prompt, alpha, beta, min_per_prompt, train_pilot,
-                                          positive_threshold), name="gvm")
+                                          positive_threshold, filter_threshold, filter_insufficient), name="gvm")

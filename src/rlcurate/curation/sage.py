@@ -20,6 +20,16 @@ the hinted rollouts on-policy in (x, h). Deployment and evaluation use no hint.
 One hint per prompt per step, shared by all G rollouts (Jensen on the concave u: mixing hints lowers
 E_h u(p(x, h)), the paper's Remark 3.4).
 
+What a level costs (``regenerate``). By default (``"collapsed"``, the paper's Algorithm 1) a level
+rolls out only the prompts still collapsed: a step costs G (B + sum over levels of the prompts still
+collapsed) rollouts. The released code (BaohaoLiao/SAGE ``recipe/hint/hint_trainer.py``) instead
+re-runs the whole batch at every level that some prompt still needs, B x G rollouts, the others
+unhinted, and keeps only the hinted groups: B G (1 + levels run) rollouts per step.
+``regenerate="all"`` does the same (the discarded groups are generated, counted as compute and, being
+unhinted, seen by belief selectors with ``evidence="generated"``); the trained groups do not change
+in law, only the bill: with c_l the share of the step's prompts still collapsed before level l, the
+code's step costs (1 + #{l: c_l > 0}) / (1 + sum_l c_l) times the paper's.
+
 ``sage_light`` (the paper's cheaper variant): no level-0 probe. Each prompt keeps a hint level from
 its previous visit and is rolled out once, at that level. The code's rule (the default, ``rule="code"``):
 level + 1 (at most 3) when the previous visit's accuracy was <= ``min_threshold`` (0.1 in the
@@ -281,6 +291,9 @@ class SageSampler(Sampler):
         positive_threshold: a reward > this is a positive (0: any non-zero reward, as the paper's
             collapse indicator 1[sum_i r_i = 0]).
         hint_source, max_retries, hint_max_new_tokens: see :class:`HintSource`.
+        regenerate: ``"collapsed"`` (default: each level rolls out the prompts still collapsed) or
+            ``"all"`` (the released code: each level re-runs every prompt of the step and keeps the
+            hinted groups); see the module docstring.
 
     ``last_stats`` after each step: prompts collapsed at level 0, prompts rolled out at each level,
     prompts rescued (a positive at some level).
@@ -289,7 +302,10 @@ class SageSampler(Sampler):
     name = "sage"
 
     def __init__(self, max_level: int = MAX_LEVEL, positive_threshold: float = 0.0, hint_source: str = "auto",
-                 max_retries: int = 3, hint_max_new_tokens: int = 512):
+                 max_retries: int = 3, hint_max_new_tokens: int = 512, regenerate: str = "collapsed"):
+        if regenerate not in ("collapsed", "all"):
+            raise ValueError(f"regenerate must be 'collapsed' or 'all', got {regenerate!r}")
+        self.regenerate = regenerate
         self.max_level = int(max_level)
         self.positive_threshold = float(positive_threshold)
         self.hints = HintSource(hint_source, self.max_level, max_retries, hint_max_new_tokens)
@@ -319,9 +335,26 @@ class SageSampler(Sampler):
             todo = [k for k in active if hints[indices[k]].get(level)]
             if not todo:
                 continue
-            new = ctx.generate([indices[k] for k in todo], G, hints=[hints[indices[k]][level] for k in todo],
-                               hint_levels=[level] * len(todo))
-            stats["rolled_at_level"][level] = len(todo)
+            if self.regenerate == "all":  # the released code: the whole batch again, hinted where needed
+                want = set(todo)
+                every = ctx.generate(indices, G, hints=[hints[indices[k]][level] if k in want else None
+                                                        for k in range(len(indices))],
+                                     hint_levels=[level if k in want else 0 for k in range(len(indices))])
+                new = [every[k] for k in todo]
+                for k, g in enumerate(every):
+                    if k in want:
+                        continue
+                    if k in spent:
+                        gen, tok = spent[k]
+                        spent[k] = (gen + g.generated, tok + g.generated_tokens)
+                    else:
+                        groups[k].generated += g.generated
+                        groups[k].generated_tokens += g.generated_tokens
+                stats["rolled_at_level"][level] = len(indices)
+            else:
+                new = ctx.generate([indices[k] for k in todo], G, hints=[hints[indices[k]][level] for k in todo],
+                                   hint_levels=[level] * len(todo))
+                stats["rolled_at_level"][level] = len(todo)
             for k, g in zip(todo, new):
                 gen, tok = spent[k]
                 spent[k] = (gen + g.generated, tok + g.generated_tokens)
@@ -442,11 +475,12 @@ class SageLightSampler(Sampler):
 
 @register("sage")
 def sage(max_level: int = MAX_LEVEL, positive_threshold: float = 0.0, hint_source: str = "auto",
-         max_retries: int = 3, hint_max_new_tokens: int = 512) -> Curator:
+         max_retries: int = 3, hint_max_new_tokens: int = 512, regenerate: str = "collapsed") -> Curator:
     """SAGE (Liao et al., 2026; chapter 7): roll out at level 0; prompts with no positive reward are
-    re-rolled with hints of level 1, 2, 3 until one level gives a positive; train on-policy in (x, h)."""
+    re-rolled with hints of level 1, 2, 3 until one level gives a positive; train on-policy in (x, h).
+    ``regenerate="all"`` re-runs the whole batch at each level, as the released code (its cost)."""
     return Curator(Selector(), SageSampler(max_level, positive_threshold, hint_source, max_retries,
-                                           hint_max_new_tokens), name="sage")
+                                           hint_max_new_tokens, regenerate), name="sage")
 
 
 @register("sage_light")

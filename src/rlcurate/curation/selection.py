@@ -4,8 +4,19 @@
 Every prompt tau of the training pool carries a belief phi_tau ~ Beta(alpha_tau, beta_tau), prior
 (1, 1), kept in a :class:`~rlcurate.stats.beliefs.BetaBeliefs`. One step of a belief selector:
 
-1. draw a candidate set of M_hat = ``candidate_factor`` * M distinct prompts uniformly from the pool
-   with the step's generator ``ctx.rng`` (the whole pool when it is smaller), M = prompts per step;
+1. take a candidate set of M_hat = ``candidate_factor`` * M distinct prompts (the whole pool when it
+   is smaller), M = prompts per step, by one of two schemes (``candidates``):
+
+   * ``"random"``: drawn uniformly from the pool afresh at every step with the step's generator
+     ``ctx.rng``, so over as many candidates as the pool holds a prompt may be a candidate several
+     times or never (about e^-1 = 37% of the pool never, for a pool much larger than M_hat);
+   * ``"epoch"``: consecutive chunks of M_hat prompts of a seeded shuffle of the pool, a new shuffle
+     once the rest of a pass is shorter than a chunk (which is then skipped, as a dataloader with
+     ``drop_last``), so every prompt is a candidate exactly once per pass. This is MoPPS's official
+     code (thu-rllab/MoPPS: verl's shuffled dataloader yields chunks of ``ts_ratio`` x B prompts and
+     ``PosteriorSampler.sample_batch`` keeps B of each), and the default of ``mopps``. The INSIGHT
+     paper (eq. 17) speaks of a random candidate set and released no code; ``insight`` and its two
+     baselines keep ``"random"``.
 2. score each candidate from its belief and keep the M best (:func:`~rlcurate.stats.beliefs.top_m`);
    ties go to the earlier candidate of the seeded draw, so a tie is a seeded uniform choice;
 3. after the step, update only the trained prompts with the conjugate (discounted) rule
@@ -42,8 +53,9 @@ effective-prompt ratio of 0.20 with 26,880 rollouts under ``"trained"`` and 0.77
 kept for comparison.
 
 A rollout is a success when its reward is >= ``success_threshold`` (1.0: MoPPS binarises graded
-rewards the same way). The selectors ignore the epoch order of the base :class:`Selector`; their only
-state is the beliefs.
+rewards the same way). With ``candidates="random"`` the selectors ignore the epoch order of the base
+:class:`Selector` and their only state is the beliefs; with ``"epoch"`` its pass order and position
+are part of the state too.
 """
 
 from __future__ import annotations
@@ -72,8 +84,9 @@ def group_evidence(group: Group, success_threshold: float = 1.0) -> tuple[float,
 
 
 class BeliefSelector(Selector):
-    """Top-M of a seeded random candidate set by a belief score (chapter 9); subclasses define
-    :meth:`scores`. See the module docstring for the rule and the evidence an update uses.
+    """Top-M of a seeded candidate set (random, or a chunk of a pass) by a belief score (chapter 9);
+    subclasses define :meth:`scores`. See the module docstring for the rule and the evidence an update
+    uses.
 
     Args:
         discount: lambda in (0, 1] of the belief update (1 keeps all evidence).
@@ -82,16 +95,22 @@ class BeliefSelector(Selector):
         success_threshold: a reward >= this counts as a success.
         evidence: ``"trained"`` (the trained groups) or ``"generated"`` (every unhinted group
             generated this step, kept or not); see the module docstring.
+        candidates: ``"random"`` (a fresh uniform draw per step) or ``"epoch"`` (chunks of a shuffled
+            pass, every prompt once per pass; MoPPS's code); see the module docstring.
     """
 
     name = "belief"
 
     def __init__(self, discount: float = 1.0, alpha0: float = 1.0, beta0: float = 1.0,
-                 candidate_factor: int = 16, success_threshold: float = 1.0, evidence: str = "generated"):
+                 candidate_factor: int = 16, success_threshold: float = 1.0, evidence: str = "generated",
+                 candidates: str = "random"):
         super().__init__()
         if evidence not in ("trained", "generated"):
             raise ValueError(f"evidence must be 'trained' or 'generated', got {evidence!r}")
+        if candidates not in ("random", "epoch"):
+            raise ValueError(f"candidates must be 'random' or 'epoch', got {candidates!r}")
         self.evidence = evidence
+        self.candidate_scheme = candidates
         if isinstance(candidate_factor, bool) or not isinstance(candidate_factor, (int, np.integer)) \
                 or candidate_factor < 1:
             raise ValueError(f"candidate_factor must be an integer >= 1, got {candidate_factor!r}")
@@ -120,12 +139,37 @@ class BeliefSelector(Selector):
 
     def candidates(self, ctx: StepContext, k: int, exclude: set[int] | None = None) -> np.ndarray:
         """M_hat = ``candidate_factor * k`` distinct pool indices drawn uniformly with ``ctx.rng``
-        (all remaining prompts, in a seeded random order, when the pool is smaller)."""
+        (all remaining prompts, in a seeded random order, when the pool is smaller), or with
+        ``candidates="epoch"`` the next chunk of the pass (:meth:`epoch_chunk`)."""
+        if self.candidate_scheme == "epoch":
+            return self.epoch_chunk(self.candidate_factor * k, k, exclude)
         pool = np.arange(self.n_items)
         if exclude:
             pool = np.setdiff1d(pool, np.fromiter(exclude, dtype=np.int64))
         size = min(self.candidate_factor * k, pool.size)
         return ctx.rng.choice(pool, size=size, replace=False).astype(np.int64)
+
+    def epoch_chunk(self, size: int, k: int, exclude: set[int] | None = None) -> np.ndarray:
+        """The next ``min(size, pool)`` prompts of the seeded pass order (base :class:`Selector`'s epoch
+        state), starting a new pass when the rest of this one is shorter than a chunk. Prompts in
+        ``exclude`` (taken earlier in the step) are left out, and further chunks are appended until at
+        least ``k`` remain or the pool is used up."""
+        size = min(size, self.n_items)
+        seen = set(exclude or ())
+        out: list[int] = []
+        for _ in range(self.n_items // size + 2):
+            if self._order is None:
+                self._order = self._epoch_order()
+            if self.cursor + size > self.n_items:
+                self.epoch, self.cursor = self.epoch + 1, 0
+                self._order = self._epoch_order()
+            chunk = self._order[self.cursor:self.cursor + size]
+            self.cursor += size
+            out.extend(int(i) for i in chunk if int(i) not in seen)
+            seen.update(int(i) for i in chunk)
+            if len(out) >= k or len(seen) >= self.n_items:
+                break
+        return np.asarray(out, dtype=np.int64)
 
     def _pick(self, ctx: StepContext, k: int, exclude: set[int] | None = None) -> list[int]:
         if self.beliefs is None:
@@ -209,11 +253,19 @@ class InsightSelector(BeliefSelector):
 class MoPPSSelector(BeliefSelector):
     """MoPPS (Qu et al., 2025; chapter 9): a Thompson draw phi_hat ~ Beta(alpha, beta) per candidate,
     keep the M draws closest to ``target`` = 1/2. Defaults of its math scripts: M_hat = 16 M,
-    lambda = 1 (its Countdown runs use lambda = 0.5 and 8 M)."""
+    lambda = 1 (its Countdown runs use lambda = 0.5 and 8 M); candidates in chunks of a shuffled pass
+    (``candidates="epoch"``, its code).
+
+    Not offered: the ``threshold`` strategy (keep draws in [0.3, 0.7]; used by one of its scripts), and
+    the initialisation of the beliefs from an offline pass (``bandit_init``: alpha = 3 S + 1,
+    beta = 3 F + 1 from per-prompt results on disk), because the selectors are bound to pool positions
+    before any prompt is seen and the published MoPPS runs (the ``*_topk_noinit`` scripts its README
+    launches) start from the prior; an offline pass over the pool is what ``prefilter``'s audit does."""
 
     name = "mopps"
 
     def __init__(self, target: float = 0.5, **kwargs):
+        kwargs.setdefault("candidates", "epoch")
         super().__init__(**kwargs)
         self.target = float(target)
 
@@ -249,38 +301,43 @@ def _curator(selector: BeliefSelector, name: str) -> Curator:
 @register("insight")
 def insight(eta: float = 3.0, mu: float = 0.3, K: int | None = None, discount: float = 1.0,
             candidate_factor: int = 16, alpha0: float = 1.0, beta0: float = 1.0,
-            success_threshold: float = 1.0, evidence: str = "generated") -> Curator:
+            success_threshold: float = 1.0, evidence: str = "generated", candidates: str = "random") -> Curator:
     """INSIGHT selection (Zhou et al., 2026; chapter 9): top-M of w(phi_bar) I(R_1..K; phi) over 16 M
-    random candidates; ``group_size`` rollouts each. K defaults to the group size; mu = 0.3 (the
-    paper prints 3.0, a typo by its own sweep)."""
+    random candidates (a fresh draw per step, the paper's wording; ``candidates="epoch"`` for chunks of
+    a shuffled pass); ``group_size`` rollouts each. K defaults to the group size; mu = 0.3 (the paper
+    prints 3.0, a typo by its own sweep)."""
     return _curator(InsightSelector(eta=eta, mu=mu, K=K, discount=discount, candidate_factor=candidate_factor,
                                     alpha0=alpha0, beta0=beta0, success_threshold=success_threshold,
-                                    evidence=evidence), "insight")
+                                    evidence=evidence, candidates=candidates), "insight")
 
 
 @register("mopps")
 def mopps(target: float = 0.5, discount: float = 1.0, candidate_factor: int = 16, alpha0: float = 1.0,
-          beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated") -> Curator:
-    """MoPPS selection (Qu et al., 2025; chapter 9): Thompson draws, the M closest to 1/2 of 16 M
-    random candidates."""
+          beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated",
+          candidates: str = "epoch") -> Curator:
+    """MoPPS selection (Qu et al., 2025; chapter 9): Thompson draws, the M closest to 1/2 of each
+    chunk of 16 M candidates of a shuffled pass (its code; ``candidates="random"`` for a fresh draw
+    per step, this library's default before issue #13)."""
     return _curator(MoPPSSelector(target=target, discount=discount, candidate_factor=candidate_factor,
                                   alpha0=alpha0, beta0=beta0, success_threshold=success_threshold,
-                                  evidence=evidence), "mopps")
+                                  evidence=evidence, candidates=candidates), "mopps")
 
 
 @register("expected_difficulty")
 def expected_difficulty(discount: float = 1.0, candidate_factor: int = 16, alpha0: float = 1.0,
-                        beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated") -> Curator:
+                        beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated",
+                        candidates: str = "random") -> Curator:
     """Expected-difficulty selection (baseline of INSIGHT; chapter 9): smallest |phi_bar - 1/2|."""
     return _curator(ExpectedDifficultySelector(discount=discount, candidate_factor=candidate_factor, alpha0=alpha0,
                                                beta0=beta0, success_threshold=success_threshold,
-                                               evidence=evidence), "expected_difficulty")
+                                               evidence=evidence, candidates=candidates), "expected_difficulty")
 
 
 @register("inverse_evidence")
 def inverse_evidence(discount: float = 1.0, candidate_factor: int = 16, alpha0: float = 1.0,
-                     beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated") -> Curator:
+                     beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated",
+                     candidates: str = "random") -> Curator:
     """Inverse-evidence selection (baseline of INSIGHT; chapter 9): smallest alpha + beta."""
     return _curator(InverseEvidenceSelector(discount=discount, candidate_factor=candidate_factor, alpha0=alpha0,
                                             beta0=beta0, success_threshold=success_threshold,
-                                            evidence=evidence), "inverse_evidence")
+                                            evidence=evidence, candidates=candidates), "inverse_evidence")

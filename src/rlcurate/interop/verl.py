@@ -200,17 +200,28 @@ class CurationSampler(_SamplerBase):
 # ---------------------------------------------------------------------------------------------- advantages
 def pool_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
                             reward_baselines: torch.Tensor | None = None, epsilon: float = 1e-6,
-                            norm_adv_by_std_in_grpo: bool = True, config=None, **kwargs):
+                            norm_adv_by_std_in_grpo: bool = True, config=None, pool_sizes=None, **kwargs):
     """GRPO's advantage with the baseline of a larger pool (chapter 6; Reinforce-Ada's p_hat), as a
     verl advantage estimator (registered as ``algorithm.adv_estimator=rlcurate_pool_grpo``).
 
     A strategy that sampled more rollouts per prompt than it trains on (Reinforce-Ada's rounds, a
-    DAPO-style refill) knows each prompt's pass rate p_hat from the whole pool; it stores it per
-    response in ``batch.batch["reward_baselines"]``, which verl's ``compute_advantage`` passes to the
-    estimator. Then A = (r - p_hat) / (sqrt(p_hat (1 - p_hat)) + eps), or r - p_hat without the std
-    (``norm_adv_by_std_in_grpo=False``, Dr. GRPO). rlcurate's own trainer also applies the pool's
-    n / (n - 1) correction to the std, which needs the pool size that verl does not pass; for pools of
-    16 or more it changes the std by at most 3%. Without ``reward_baselines`` this is verl's GRPO.
+    DAPO-style refill) knows each prompt's pass rate p_hat = N_pos / N from the whole pool of N; it
+    stores it per response in ``batch.batch["reward_baselines"]``, which verl's ``compute_advantage``
+    passes to the estimator (and nothing else of the batch). Give the pool size too, either as a second
+    column, ``reward_baselines`` of shape [batch, 2] holding (p_hat, N), which verl passes through
+    unchanged, or as ``pool_sizes`` when calling this function from your own ``fit()``. Then the
+    advantage is :func:`rlcurate.stats.advantages.pool_advantages`, the same function rlcurate's trainer
+    uses: A = (r - p_hat) / (s + eps), s = max(sqrt(p_hat (1 - p_hat) N / (N - 1)), 1 / sqrt(N)), or
+    r - p_hat without the std (``norm_adv_by_std_in_grpo=False``, Dr. GRPO). That is exactly the
+    official global-statistics advantage (RLHFlow/Reinforce-Ada, ``global_stat_est=True``: mean and
+    Bessel std of N_pos ones and N - N_pos zeros) for every pool holding both classes; on a pool of one
+    class with graded rewards the official std is clamped at eps instead (advantages up to 1 / (2 eps)),
+    and a pool of one rollout gets 0 here where the official code gives r / (1 + eps).
+
+    With a 1-D ``reward_baselines`` (N unknown) the std is the population one, sqrt(p_hat (1 - p_hat)),
+    so every advantage is exactly sqrt(N / (N - 1)) times the official one: 1.069 for pools of 8,
+    1.033 for 16, 1.016 for 32; a pool of one class (p_hat 0 or 1) then takes the floor 1 / sqrt(m),
+    m the prompt's responses in the batch. Without ``reward_baselines`` this is verl's GRPO.
     Returns (advantages, returns), both [batch, response_length], zero outside the response.
     """
     if reward_baselines is None:
@@ -218,14 +229,31 @@ def pool_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: to
 
         return compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon,
                                               norm_adv_by_std_in_grpo, config)
+    from rlcurate.stats.advantages import pool_advantages
+
     scores = token_level_rewards.sum(dim=-1)
-    p = reward_baselines.to(scores.dtype).reshape(-1)
-    adv = scores - p
-    if norm_adv_by_std_in_grpo:
-        std = torch.sqrt(torch.clamp(p * (1 - p), min=0.0))
-        adv = adv / (torch.clamp(std, min=epsilon) + epsilon)
-    adv = adv.unsqueeze(-1) * response_mask
-    return adv, adv
+    rb = reward_baselines.detach().to(torch.float64).cpu().numpy()
+    if rb.ndim == 2 and rb.shape[-1] == 2 and pool_sizes is None:
+        p, n = rb[:, 0], rb[:, 1]
+    else:
+        p = rb.reshape(-1)
+        n = None if pool_sizes is None else np.asarray(
+            pool_sizes.detach().cpu().numpy() if torch.is_tensor(pool_sizes) else pool_sizes, dtype=float).reshape(-1)
+    r = scores.detach().to(torch.float64).cpu().numpy()
+    kind = "grpo" if norm_adv_by_std_in_grpo else "drgrpo"
+    if n is not None:
+        adv = pool_advantages(r, p, n, kind, epsilon)
+    elif kind == "drgrpo":
+        adv = r - p
+    else:
+        std = np.sqrt(np.clip(p * (1 - p), 0.0, None))
+        ids = np.asarray(index, dtype=object).reshape(-1) if index is not None else np.arange(r.size)
+        _, inverse, counts = np.unique(ids.astype(str), return_inverse=True, return_counts=True)
+        floor = 1.0 / np.sqrt(counts[inverse])
+        std = np.where(std > 0, np.maximum(std, epsilon), floor)
+        adv = (r - p) / (std + epsilon)
+    out = torch.as_tensor(adv, dtype=scores.dtype, device=scores.device).unsqueeze(-1) * response_mask
+    return out, out
 
 
 def register_advantage_estimators() -> bool:

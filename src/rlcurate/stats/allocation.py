@@ -194,13 +194,19 @@ def round_preserving_sum(x, total: int | None = None) -> np.ndarray:
     return base
 
 
-def gvm_allocation(p, grad_norm, budget: int, alpha: float = 1e-3, beta: float = 2.0) -> np.ndarray:
+def gvm_allocation(p, grad_norm, budget: int, alpha: float = 1e-3, beta: float = 2.0,
+                   filter_threshold: float = 0.0, filter_insufficient: float = 0.0) -> np.ndarray:
     """GVM's rule (Yao et al., 2025): n_i proportional to s_i = G_i / sqrt(p_i + alpha / p_i^(beta - 1)),
     rounded to integers summing to ``budget`` (chapter 3).
 
     ``grad_norm`` G_i is the mean gradient norm of the accepted responses of prompt i. Prompts with
     p_i = 0 or G_i = 0 get s_i = 0 and therefore no rollouts, the weakness chapter 3 discusses.
     Defaults alpha = 1e-3, beta = 2 are those of the GVM code (s_i = G_i / sqrt(p_i + alpha / p_i)).
+    The code's two filters (``em/stage_2_calc_sample_size.py``; 0 disables each, as its defaults):
+    ``filter_threshold`` > 0 drops prompts with p_i above it (its run script passes 1.0, which keeps
+    all), ``filter_insufficient`` > 0 drops prompts whose expected accepted responses
+    p_i * budget * s_i / sum s (the shares before either filter) fall below it; the remaining shares are
+    then renormalised.
     """
     p_arr = np.atleast_1d(as_probability(p, "p"))
     g = np.broadcast_to(as_finite(grad_norm, "grad_norm", nonnegative=True), p_arr.shape)
@@ -212,6 +218,13 @@ def gvm_allocation(p, grad_norm, budget: int, alpha: float = 1e-3, beta: float =
     s[ok] = g[ok] / np.sqrt(p_arr[ok] + alpha / p_arr[ok] ** (beta - 1))
     if s.sum() == 0:
         raise ValueError("gvm_allocation needs at least one prompt with p > 0 and grad_norm > 0")
+    share = s / s.sum()
+    if filter_threshold > 0:
+        s = np.where(p_arr <= filter_threshold, s, 0.0)
+    if filter_insufficient > 0:
+        s = np.where(p_arr * budget * share >= filter_insufficient, s, 0.0)
+    if s.sum() == 0:
+        raise ValueError("gvm_allocation: the filters dropped every prompt")
     return round_preserving_sum(budget * s / s.sum(), budget)
 
 
