@@ -11,74 +11,40 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Sequence
+
+from rlcurate.provenance import package_versions, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "bench"
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def git_sha() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_dirty() -> bool | None:
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                             capture_output=True, text=True, check=True, timeout=10).stdout
-        return bool(out.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def versions(extra: Sequence[str] = ()) -> dict[str, str | None]:
-    """Versions of python and the packages that matter for the timings."""
-    import importlib.metadata as md
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "numpy", "rlcurate", *extra):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def machine(threads: int | None = None) -> dict:
+def machine(threads: int | None = None, env: dict | None = None) -> dict:
+    """The machine part of a result file, from the :func:`rlcurate.provenance.provenance` record ``env``."""
     import torch
 
-    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
-            "torch_threads": threads if threads is not None else torch.get_num_threads(),
+    env = provenance(device="cuda" if torch.cuda.is_available() else "cpu") if env is None else env
+    info = {"cpu": env["cpu"], "cores": env["cores"], "platform": env["platform"],
+            "torch_threads": threads if threads is not None else env["threads"],
             "load_avg": [round(x, 2) for x in os.getloadavg()]}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
+    if env["gpu"]:
+        info["gpu"] = env["gpu"]
     return info
 
 
 def header(what: str, threads: int | None = None, extra_versions: Sequence[str] = ()) -> dict:
-    """The common part of every result file."""
+    """The common part of every result file: the date, the git commit, versions and the machine, and
+    the whole :func:`rlcurate.provenance.provenance` record as ``environment``."""
+    import torch
+
+    env = provenance(device="cuda" if torch.cuda.is_available() else "cpu", extra_packages=extra_versions)
     return {"what": what,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "git_sha": git_sha(), "git_dirty": git_dirty(),
-            "versions": versions(extra_versions), "machine": machine(threads)}
+            "git_sha": env["git_sha"], "git_dirty": env["git_dirty"],
+            "versions": package_versions(extra_versions), "machine": machine(threads, env), "environment": env}
 
 
 def interleaved(fns: Sequence[Callable[[], object]], repeats: int, warmup: int = 1) -> list[list[float]]:

@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -27,13 +26,12 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
 
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer, count_params, tiny_config
 from rlcurate.rollout import SamplingParams, TransformersEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_name, git_sha  # noqa: E402
+from _common import provenance  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,16 +99,17 @@ def main(argv=None):
                 rows.append(row)
                 print(f"{threads:>7} {batch:>5} {new:>4} | {row['engine_tok_per_s']:>12.0f} "
                       f"{row['generate_tok_per_s']:>14.0f} | {row['engine_over_generate']:>5.2f}", flush=True)
+    env = provenance(device="cpu")
     record = {
         "what": "tokens per second, TransformersEngine vs model.generate, tiny Qwen2, CPU",
         "ratio": "engine_over_generate = generate time / engine time (> 1: the engine is faster)",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_sha": git_sha(),
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
+        "git_sha": env["git_sha"],
+        "machine": {"cpu": env["cpu"], "cores": env["cores"], "platform": env["platform"],
                     "load_avg_before": [round(x, 2) for x in load_before],
                     "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__},
+        "versions": {k: env[k] for k in ("python", "torch", "transformers")},
+        "environment": env,
         "model": {"config": {k: v for k, v in tiny_config().to_dict().items()
                              if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                       "num_attention_heads", "num_key_value_heads")},

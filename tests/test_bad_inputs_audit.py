@@ -23,6 +23,7 @@ import pytest
 
 from rlcurate.audit import AuditConfig, format_summary, load_audit, read_runs, run_audit, summarize
 from rlcurate.audit import runner as runner_mod
+from rlcurate.audit import store as store_mod
 from rlcurate.audit.runner import CONFIG_FILE, FORMAT, RUNS_FILE, SESSIONS_FILE, sub_batches
 from rlcurate.cli import main as rlcurate
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
@@ -315,7 +316,7 @@ def test_a_read_only_out_folder_is_refused_before_loading(checkpoint, tmp_path, 
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
         return real_open(path, mode, *a, **k)
 
-    monkeypatch.setattr(runner_mod, "open", read_only, raising=False)
+    monkeypatch.setattr(store_mod, "open", read_only, raising=False)  # the module that writes the folder
     monkeypatch.setattr(runner_mod, "make_engine", lambda c: pytest.fail("the model was loaded"))
     assert rlcurate(argv(checkpoint, out)) == 2
     one_error_line(capsys, f"cannot write to {out}", "Read-only file system")

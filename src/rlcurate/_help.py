@@ -51,12 +51,12 @@ def wrap(text: str, width: int = 100, indent: str = "") -> str:
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the line breaks of a description and an epilog (usage examples) and appends
     ``(default: X)`` to an option's help, unless the help already names its default or there is
-    none to show (``None``, ``False``, an empty list)."""
+    none to show (``None``, ``False``, an empty list, a flag that takes no value)."""
 
     def _get_help_string(self, action):
         text = action.help or ""
         default = action.default
-        if (default is None or default is False or default is argparse.SUPPRESS or default == []
+        if (default is None or default is False or default is argparse.SUPPRESS or default == [] or action.nargs == 0
                 or default == "" or "default" in text.lower()):
             return text
         return f"{text} (default: %(default)s)"

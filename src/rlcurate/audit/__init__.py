@@ -17,7 +17,10 @@ scores vary: prompts it always solves or always fails give GRPO nothing to learn
 ``rlcurate audit``          the command line (:mod:`rlcurate.audit.cli`)
 ==========================  ====================================================================
 
-The statistics themselves (no I/O) are in :mod:`rlcurate.stats.audit`.
+:mod:`~rlcurate.audit.runner` holds the run loop; the configuration is in :mod:`~rlcurate.audit.config`,
+the audit order, chunk seeds and batches in :mod:`~rlcurate.audit.seeds`, the folder's files and lock
+in :mod:`~rlcurate.audit.store`, model and data loading in :mod:`~rlcurate.audit.loading`. The
+statistics themselves (no I/O) are in :mod:`rlcurate.stats.audit`.
 """
 
 from rlcurate.audit.runner import (

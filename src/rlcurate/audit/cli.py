@@ -23,14 +23,29 @@ resume).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from typing import Sequence
 
-from rlcurate.errors import one_line
+from rlcurate.errors import UserError, one_line
 
 __all__ = ["build_parser", "main"]
+
+
+def config_options():
+    """The options of :class:`~rlcurate.audit.runner.AuditConfig` on the command line, built from its
+    field docstrings (:class:`rlcurate.config_cli.ConfigOptions`)."""
+    from rlcurate.audit.config import BACKENDS, ENDPOINTS, REWARD_ERROR_POLICIES, AuditConfig
+    from rlcurate.config_cli import ConfigOptions, Option
+
+    return ConfigOptions(AuditConfig, options={
+        "task_kwargs": Option(note="with --model smollm2 the arithmetic task's style is chat unless given here"),
+        "shuffle": Option(help="audit in the task's order, not a seeded random order"),
+        "stop": Option(sep=None),
+        "backend": Option(choices=BACKENDS),
+        "endpoint": Option(choices=ENDPOINTS),
+        "on_reward_error": Option(choices=REWARD_ERROR_POLICIES),
+    })
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,41 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=plain(__doc__.split("\n\n", 1)[1]), formatter_class=HelpFormatter)
     p.add_argument("--summarize", metavar="DIR", help="only (re)write the summary of the audit in DIR")
     p.add_argument("--out", metavar="DIR", help="audit folder (created; an existing audit there is resumed)")
-    p.add_argument("--model", help="checkpoint directory, 'smollm2' or a Hub id (openai backend: the tokenizer)")
-    p.add_argument("--task", default="arithmetic", help="task name (arithmetic, gsm8k, math500, ...)")
-    p.add_argument("--task-kwargs", default="{}", metavar="JSON",
-                   help='task options as a JSON object, e.g. \'{"style": "chat", "n_test": 8}\'; with '
-                        "--model smollm2 the arithmetic task's style is chat unless given here")
-    p.add_argument("--split", default="test", help="which split of the task to audit")
-    p.add_argument("--runs", type=int, default=4, help="runs per sample, N (default 4)")
-    p.add_argument("--limit", type=int, default=None, help="audit this many samples (default all)")
-    p.add_argument("--no-shuffle", action="store_true", help="audit in the task's order, not a seeded random order")
-    p.add_argument("--subset-seed", type=int, default=0, help="seed of the audit order")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1: off)")
-    p.add_argument("--top-k", type=int, default=0, help="top-k truncation (0: off)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="most tokens per completion")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--chunk-size", type=int, default=32,
-                   help="samples per chunk (the unit of the random streams); generated and saved in batches that "
-                        "fit --token-budget")
-    p.add_argument("--success-threshold", type=float, default=1.0,
-                   help="score that counts as a success, in (0, 1] (rewards lie in [0, 1])")
-    p.add_argument("--backend", default="transformers", choices=["transformers", "openai"],
-                   help="a local model, or an OpenAI-compatible server at --base-url")
-    p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--model-name", help="served model name (openai backend; default --model)")
-    p.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
-                   help="openai backend: /v1/completions with prompts rendered by --model's tokenizer, or "
-                        "/v1/chat/completions with the task's chat turns (the server applies its template)")
-    p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, ...")
-    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on a GPU, float32 on the CPU), float32, ...")
-    p.add_argument("--token-budget", type=int, default=16384,
-                   help="tokens (rows x (prompt + max new tokens)) per generation call and per save; lower it to "
-                        "see and save progress more often with a large model")
-    p.add_argument("--on-reward-error", default="zero", choices=["zero", "stop"],
-                   help="a reward function that raises: score 0 and go on (default), or stop cleanly")
+    config_options().add_to(p)
     p.add_argument("--extra-runs", type=int, default=4, help="m of the hidden-signal estimate in the summary")
     p.add_argument("--group-size", type=int, default=None,
                    help="the group size training will use, for the summary's advice (default: --runs)")
@@ -92,11 +73,19 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
     return 2
 
 
-def _as_flag(parser: argparse.ArgumentParser, message: str) -> str:
-    """``success_threshold must ...`` -> ``--success-threshold must ...`` where the field is a flag."""
-    field, _, rest = message.partition(" ")
-    flag = "--" + field.replace("_", "-")
-    return f"{flag} {rest}" if rest.startswith("must") and flag in parser._option_string_actions else message
+def _summarize(parser: argparse.ArgumentParser, args: argparse.Namespace, folder: str, written: bool = False) -> int:
+    """Write and print the summary of the audit in ``folder`` (exit status 0, or 2 naming what is wrong)."""
+    from rlcurate.audit.config import AuditError
+    from rlcurate.audit.summary import format_summary, write_summary
+
+    try:
+        summary = write_summary(folder, extra_runs=args.extra_runs, plots=not args.no_plots, group_size=args.group_size)
+    except AuditError as exc:
+        return _fail(parser, str(exc))
+    print(format_summary(summary))
+    if written:
+        print(f"written to {folder}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,8 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from rlcurate.audit.runner import AuditConfig, AuditError, AuditStopped, AuditTerminated, run_audit
-    from rlcurate.audit.summary import format_summary, write_summary
-
     if args.extra_runs < 1:
         return _fail(parser, f"--extra-runs must be >= 1, got {args.extra_runs}")
     if args.group_size is not None and args.group_size < 2:
@@ -114,13 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.summarize:
         if args.out or args.model:
             return _fail(parser, "--summarize DIR takes no --out or --model")
-        try:
-            summary = write_summary(args.summarize, extra_runs=args.extra_runs, plots=not args.no_plots,
-                                    group_size=args.group_size)
-        except AuditError as exc:
-            return _fail(parser, str(exc))
-        print(format_summary(summary))
-        return 0
+        return _summarize(parser, args, args.summarize)
 
     if not args.out:
         return _fail(parser, "--out DIR is required (or --summarize DIR)")
@@ -129,15 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.model = args.model_name
         else:
             return _fail(parser, "--model is required (a checkpoint directory, 'smollm2' or a Hub id)")
+    options = config_options()
     try:
-        task_kwargs = json.loads(args.task_kwargs)
-    except ValueError as exc:
-        return _fail(parser, f"--task-kwargs is not valid JSON ({exc}): {args.task_kwargs!r}")
-    if not isinstance(task_kwargs, dict):
-        return _fail(parser, f"--task-kwargs must be a JSON object, got {args.task_kwargs!r}")
+        values = options.values(args)
+    except UserError as exc:
+        return _fail(parser, str(exc))
     from rlcurate.presets import task_kwargs_for
 
-    task_kwargs, note = task_kwargs_for(args.model, args.task, task_kwargs)
+    values["task_kwargs"], note = task_kwargs_for(args.model, args.task, values["task_kwargs"])
     if note:
         print(f"{parser.prog}: {note}", file=sys.stderr)
     if args.threads is not None:
@@ -147,16 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        config = AuditConfig(
-            model=args.model, task=args.task, task_kwargs=task_kwargs, split=args.split, runs=args.runs,
-            limit=args.limit, shuffle=not args.no_shuffle, subset_seed=args.subset_seed, seed=args.seed,
-            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
-            stop=tuple(args.stop), chunk_size=args.chunk_size, success_threshold=args.success_threshold,
-            backend=args.backend, base_url=args.base_url, model_name=args.model_name, endpoint=args.endpoint,
-            device=args.device,
-            dtype=args.dtype, token_budget=args.token_budget, on_reward_error=args.on_reward_error)
+        config = AuditConfig(**values)
     except AuditError as exc:
-        return _fail(parser, _as_flag(parser, str(exc)))
+        return _fail(parser, options.flag_message(exc))
     try:
         if config.runs == 1:
             print(f"{parser.prog}: warning: --runs 1 cannot tell mixed prompts from uniform ones (one run always "
@@ -183,14 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not session["complete"]:
         print(f"audit paused after {session['chunks']} chunk(s); run the same command again to continue",
               file=sys.stderr)
-    try:
-        summary = write_summary(args.out, extra_runs=args.extra_runs, plots=not args.no_plots,
-                                group_size=args.group_size)
-    except AuditError as exc:
-        return _fail(parser, str(exc))
-    print(format_summary(summary))
-    print(f"written to {args.out}")
-    return 0
+    return _summarize(parser, args, args.out, written=True)
 
 
 if __name__ == "__main__":  # through the command line, so that a user's mistake is one line

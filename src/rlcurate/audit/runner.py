@@ -9,7 +9,9 @@ verifier, and appends one JSON line per (sample, run) to ``runs.jsonl`` in the o
 ``finish_reason`` is ``"length"`` when the run hit ``max_new_tokens``; a run whose reward function
 failed (raised, returned a non-number or NaN, or the task's verifier reported an error) scores 0 and
 carries ``"reward_error": true``. Next to it, ``config.json`` holds the audit's configuration, the
-list of sample uids in audit order, package versions, the git commit and the device;
+list of sample uids in audit order, package versions, the git commit, the device and the
+``environment`` of the latest session (:func:`rlcurate.provenance.provenance`, the record every run
+of the package writes);
 ``prompts.jsonl`` holds each sample's question and reference answer; ``sessions.jsonl`` gets one
 line per invocation (wall time, new runs, generated tokens, and why it stopped early, if it did:
 a failing reward function, ``SIGTERM``, an interruption, a file it could not write).
@@ -35,32 +37,35 @@ compared with the recorded ones as a check.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
-import numbers
-import os
-import signal
-import subprocess
-import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-import numpy as np
-
-from rlcurate.errors import UserError
+from rlcurate.audit.config import (BACKENDS, ENDPOINTS, REWARD_ERROR_POLICIES, AuditConfig, AuditError,
+                                   AuditStopped, AuditTerminated)
+from rlcurate.audit.loading import device_info, load_problems, load_tokenizer, make_engine
+from rlcurate.audit.seeds import audit_order, chunk_seed, sub_batches
+from rlcurate.audit.store import (CONFIG_FILE, FORMAT, PROMPTS_FILE, RUNS_FILE, SESSIONS_FILE, _append_lines,
+                                  _append_session, _check_writable, _lock_folder, _repair_tail, _stopped_by_write,
+                                  _Terminate, _why, _write_json_atomic, _write_prompts, read_config, read_runs)
+from rlcurate.provenance import git_state, package_versions, provenance
 
 log = logging.getLogger(__name__)
 
+# The run loop is here; the configuration (rlcurate.audit.config), order and seeds
+# (rlcurate.audit.seeds), files (rlcurate.audit.store) and model loading (rlcurate.audit.loading)
+# are imported, and importable from here as before.
 __all__ = [
     "AuditConfig",
     "AuditError",
     "AuditStopped",
     "AuditTerminated",
+    "BACKENDS",
+    "ENDPOINTS",
+    "REWARD_ERROR_POLICIES",
     "RUNS_FILE",
     "CONFIG_FILE",
     "SESSIONS_FILE",
@@ -68,570 +73,14 @@ __all__ = [
     "FORMAT",
     "audit_order",
     "chunk_seed",
+    "device_info",
+    "load_tokenizer",
     "read_runs",
     "read_config",
     "make_engine",
     "run_audit",
     "sub_batches",
 ]
-
-FORMAT = "rlcurate-audit/1"
-RUNS_FILE = "runs.jsonl"
-CONFIG_FILE = "config.json"
-SESSIONS_FILE = "sessions.jsonl"
-PROMPTS_FILE = "prompts.jsonl"
-BACKENDS = ("transformers", "openai")
-ENDPOINTS = ("completions", "chat")
-REWARD_ERROR_POLICIES = ("zero", "stop")
-# Settings that may differ between the invocations of one audit: where the server is, how
-# failures of the verifier are handled, and how many samples are audited (the audit order is
-# prefix-stable, so a larger limit extends an audit and a smaller one summarises a prefix).
-_NOT_IDENTITY = ("limit", "base_url", "on_reward_error")
-
-
-class AuditError(UserError):
-    """Bad input to an audit (chapter 4): unknown model or task, malformed data, a folder that holds
-    a different audit or cannot be written. The message names the offending argument or file."""
-
-
-class AuditStopped(RuntimeError):
-    """An audit stopped early (a failing reward function with ``on_reward_error="stop"``, a file it
-    could not write); every batch finished before it is on disk, and running the audit again resumes
-    it."""
-
-
-class AuditTerminated(KeyboardInterrupt):
-    """The audit received ``SIGTERM``; raised between two writes, so that every finished batch is on
-    disk and the session is recorded in ``sessions.jsonl``."""
-
-
-@dataclass
-class AuditConfig:
-    """What to audit and how to sample (chapter 4). Saved to ``config.json``; a resumed audit must
-    use the same values except ``limit``, ``base_url`` and ``on_reward_error``."""
-
-    model: str
-    """Checkpoint directory (``data/tiny/spread``), ``smollm2``, or a Hugging Face Hub id. With the
-    ``openai`` backend it only provides the tokenizer whose chat template renders the prompts
-    (default: ``model_name``)."""
-    task: str = "arithmetic"
-    """Task name for :func:`rlcurate.tasks.get_task` (``arithmetic``, ``gsm8k``, ``math500``, ...)."""
-    task_kwargs: dict = field(default_factory=dict)
-    """Keyword arguments of the task (``{"style": "chat", "n_test": 8}``, ``{"data_dir": ...}``)."""
-    split: str = "test"
-    """Which split of the task to audit."""
-    runs: int = 4
-    """Completions per sample, N."""
-    limit: int | None = None
-    """Audit only the first ``limit`` samples of the audit order (None: all)."""
-    shuffle: bool = True
-    """Audit the split in a random order drawn with ``subset_seed`` (so that ``limit`` takes a random
-    subset, not the first levels or files); False keeps the task's order."""
-    subset_seed: int = 0
-    """Seed of the audit order; independent of ``seed`` so that two audits with different sampling
-    seeds look at the same samples."""
-    seed: int = 0
-    """Sampling seed; chunk ``c`` is generated with ``chunk_seed(seed, c)``."""
-    temperature: float = 1.0
-    """Sampling temperature (0: greedy, which makes every sample zero-variance by construction)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold (1: off)."""
-    top_k: int = 0
-    """Top-k truncation (0: off)."""
-    max_new_tokens: int = 64
-    """Most tokens per completion."""
-    stop: tuple[str, ...] = ()
-    """Stop strings (kept in the completion text)."""
-    chunk_size: int = 32
-    """Samples per chunk; part of what fixes the random streams. A chunk is generated and written
-    in batches of whole samples that fit ``token_budget`` (:func:`sub_batches`)."""
-    success_threshold: float = 1.0
-    """A run counts as a success (for categories and pass@k) when its score is >= this; in (0, 1],
-    since rewards lie in [0, 1]."""
-    backend: str = "transformers"
-    """``transformers`` (local model) or ``openai`` (an OpenAI-compatible server at ``base_url``)."""
-    base_url: str | None = None
-    """Server root for the ``openai`` backend, e.g. ``http://127.0.0.1:8000/v1``."""
-    model_name: str | None = None
-    """Served model name for the ``openai`` backend (default: ``model``)."""
-    endpoint: str = "completions"
-    """``openai`` backend: ``completions`` sends prompts rendered with ``model``'s tokenizer to
-    ``/v1/completions``; ``chat`` sends the task's chat turns (and its prefill, as a final assistant
-    message to continue) to ``/v1/chat/completions``, where the server applies its own template."""
-    device: str = "auto"
-    """Device of the local model (``auto``: CUDA, then MPS, then CPU)."""
-    dtype: str = "auto"
-    """Dtype of the local model (``auto``: bfloat16 on a GPU, float32 on the CPU)."""
-    token_budget: int = 16384
-    """Tokens (rows x (longest prompt + ``max_new_tokens``)) per generation call and per write (it sets
-    the batch shapes, so it is part of the audit's identity); lower it to see and save progress more
-    often with a large model."""
-    on_reward_error: str = "zero"
-    """A reward function that raises: ``zero`` scores the run 0 and keeps the error as its reason;
-    ``stop`` writes everything finished so far and stops (:class:`AuditStopped`)."""
-
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> "AuditConfig":
-        """Raise :class:`AuditError` naming the first bad field; return self."""
-
-        def bad(name, what):
-            raise AuditError(f"{name} must be {what}, got {getattr(self, name)!r}")
-
-        def is_int(v, minimum):
-            return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= minimum
-
-        if not isinstance(self.model, str) or not self.model.strip():
-            bad("model", "a checkpoint directory, 'smollm2' or a Hub id")
-        if not isinstance(self.task, str) or not self.task.strip():
-            bad("task", "a task name")
-        if not isinstance(self.task_kwargs, dict):
-            bad("task_kwargs", "a dict (a JSON object on the command line)")
-        if not isinstance(self.split, str) or not self.split:
-            bad("split", "a split name such as 'test'")
-        for name, minimum in (("runs", 1), ("chunk_size", 1), ("max_new_tokens", 1), ("token_budget", 1),
-                              ("seed", 0), ("subset_seed", 0), ("top_k", 0)):
-            if not is_int(getattr(self, name), minimum):
-                bad(name, f"an integer >= {minimum}")
-        if self.limit is not None and not is_int(self.limit, 1):
-            bad("limit", "None or an integer >= 1")
-        if not isinstance(self.shuffle, bool):
-            bad("shuffle", "True or False")
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
-            bad("temperature", "a finite number >= 0")
-        p = self.top_p
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p <= 1:
-            bad("top_p", "a number in (0, 1]")
-        s = self.success_threshold
-        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0 < s <= 1:
-            bad("success_threshold", "a number in (0, 1], the range of the rewards, r(x, a) in [0, 1]")
-        if isinstance(self.stop, str):
-            self.stop = (self.stop,)
-        self.stop = tuple(self.stop)
-        if any(not isinstance(x, str) or not x for x in self.stop):
-            bad("stop", "a list of non-empty strings")
-        if self.backend not in BACKENDS:
-            bad("backend", f"one of {', '.join(BACKENDS)}")
-        if self.endpoint not in ENDPOINTS:
-            bad("endpoint", f"one of {', '.join(ENDPOINTS)}")
-        if self.endpoint == "chat" and self.backend != "openai":
-            raise AuditError("endpoint 'chat' needs backend 'openai' (a server's /v1/chat/completions)")
-        if self.backend == "openai" and not self.base_url:
-            raise AuditError("base_url is required with backend 'openai' (e.g. http://127.0.0.1:8000/v1)")
-        if self.on_reward_error not in REWARD_ERROR_POLICIES:
-            bad("on_reward_error", f"one of {', '.join(REWARD_ERROR_POLICIES)}")
-        return self
-
-    def to_dict(self) -> dict:
-        """The configuration as JSON-ready values."""
-        d = dataclasses.asdict(self)
-        d["stop"] = list(self.stop)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "AuditConfig":
-        """Inverse of :meth:`to_dict`; unknown keys raise :class:`AuditError`."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise AuditError(f"unknown audit config keys: {sorted(unknown)}")
-        d = dict(d)
-        if "stop" in d:
-            d["stop"] = tuple(d["stop"])
-        return cls(**d)
-
-    def identity(self) -> dict:
-        """The fields that must match for two invocations to be one audit."""
-        d = self.to_dict()
-        for k in _NOT_IDENTITY:
-            d.pop(k)
-        return d
-
-    def sampling_params(self):
-        """The :class:`~rlcurate.rollout.SamplingParams` of this audit."""
-        from rlcurate.rollout import SamplingParams
-
-        return SamplingParams(temperature=float(self.temperature), top_p=float(self.top_p), top_k=int(self.top_k),
-                              max_new_tokens=int(self.max_new_tokens), stop=tuple(self.stop))
-
-
-# ----------------------------------------------------------------------------------------------
-# Order and seeds
-# ----------------------------------------------------------------------------------------------
-
-
-def audit_order(n_problems: int, config: AuditConfig) -> np.ndarray:
-    """Positions of the task's problems in audit order (chapter 4): a permutation drawn with
-    ``subset_seed`` (or the identity without shuffling), cut to ``limit``. The order of the first
-    ``k`` samples does not depend on ``limit``, so a larger limit extends an audit."""
-    if config.shuffle:
-        order = np.random.default_rng([int(config.subset_seed), 0xA0D1]).permutation(n_problems)
-    else:
-        order = np.arange(n_problems)
-    if config.limit is not None:
-        order = order[: config.limit]
-    return order
-
-
-_M64 = (1 << 64) - 1
-
-
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def chunk_seed(seed: int, chunk: int) -> int:
-    """The generation seed of chunk ``chunk`` (chapter 4): ``H(H(H(seed) xor chunk) xor D) >> 1`` with
-    ``H`` the SplitMix64 mixer and ``D`` a constant of the audit, a 63-bit number. The seed is hashed
-    before the chunk is mixed in, so no two (seed, chunk) pairs of practical size share a stream."""
-    x = _splitmix64(int(seed) & _M64)
-    x = _splitmix64(x ^ (int(chunk) & _M64))
-    x = _splitmix64(x ^ 0xA0D17)
-    return x >> 1
-
-
-# ----------------------------------------------------------------------------------------------
-# Files
-# ----------------------------------------------------------------------------------------------
-
-
-def read_config(out_dir) -> dict:
-    """The parsed ``config.json`` of an audit folder; :class:`AuditError` when missing or malformed."""
-    path = Path(out_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise AuditError(f"{path} does not exist: {str(out_dir)!r} is not an audit folder")
-    try:
-        info = json.loads(path.read_text())
-    except ValueError as exc:
-        raise AuditError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(info, dict) or info.get("format") != FORMAT or "config" not in info or "samples" not in info:
-        raise AuditError(f"{path} is not an rlcurate audit config (format {FORMAT!r})")
-    return info
-
-
-_RUN_FIELDS = {"index": int, "uid": str, "run": int, "score": float, "reason": str, "completion": str,
-               "n_tokens": int, "finish_reason": str}
-
-
-def read_runs(path) -> tuple[list[dict], int]:
-    """The complete records of a ``runs.jsonl`` file and the byte length of its valid part.
-
-    Lines are complete only when they end with a newline; an unterminated last line (an interrupted
-    write) is ignored, and the returned length stops before it. A malformed *complete* line raises
-    :class:`AuditError` naming the file and line. A (sample, run) pair recorded twice keeps its
-    first record.
-    """
-    path = Path(path)
-    if not path.exists():
-        return [], 0
-    raw = path.read_bytes()
-    end = raw.rfind(b"\n") + 1  # 0 when there is no complete line
-    records, seen = [], set()
-    for lineno, line in enumerate(raw[:end].split(b"\n")[:-1], start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            raise AuditError(f"{path}, line {lineno}: not valid JSON ({exc}); the file was edited or "
-                             "corrupted: move it away to start the audit afresh") from None
-        if not isinstance(rec, dict):
-            raise AuditError(f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}")
-        for name, kind in _RUN_FIELDS.items():
-            v = rec.get(name)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, kind)
-            if kind is int and isinstance(v, bool):
-                ok = False
-            if not ok:
-                raise AuditError(f"{path}, line {lineno}: field {name!r} must be {kind.__name__}, got {v!r}")
-        key = (rec["index"], rec["run"])
-        if key in seen:
-            continue
-        seen.add(key)
-        records.append(rec)
-    return records, end
-
-
-def _repair_tail(path: Path, valid_bytes: int) -> int:
-    """Cut an unterminated last line off ``path``; returns the number of bytes removed."""
-    size = path.stat().st_size if path.exists() else 0
-    if size > valid_bytes:
-        with open(path, "r+b") as f:
-            f.truncate(valid_bytes)
-            f.flush()
-            os.fsync(f.fileno())
-        log.warning("%s: removed a truncated last line (%d bytes) left by an interrupted write",
-                    path, size - valid_bytes)
-        return size - valid_bytes
-    return 0
-
-
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _append_lines(path: Path, lines: Sequence[str]) -> None:
-    if not lines:
-        return
-    data = "".join(lines).encode()
-    with open(path, "ab") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-# ----------------------------------------------------------------------------------------------
-# Run information
-# ----------------------------------------------------------------------------------------------
-
-
-def package_versions() -> dict[str, str | None]:
-    """Versions of python and the packages an audit depends on (chapter 4)."""
-    import platform
-    from importlib import metadata
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("rlcurate", "torch", "transformers", "tokenizers", "numpy", "scipy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def git_sha() -> str | None:
-    """The commit of the repository this package is imported from, if it is a git checkout."""
-    root = Path(__file__).resolve().parents[3]
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return res.stdout.strip() or None if res.returncode == 0 else None
-
-
-def device_info(engine) -> str:
-    """A short description of where ``engine`` runs."""
-    import platform
-
-    dev = getattr(engine, "device", None)
-    if dev is None:
-        return f"server {getattr(engine, 'base_url', '?')}"
-    dev = str(dev)
-    if dev.startswith("cuda"):
-        import torch
-
-        return f"{dev} ({torch.cuda.get_device_name(torch.device(dev))})"
-    try:
-        import torch
-
-        threads = torch.get_num_threads()
-    except ImportError:  # pragma: no cover
-        threads = None
-    return f"{dev} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, {threads} torch threads)"
-
-
-# ----------------------------------------------------------------------------------------------
-# Model, tokenizer, task
-# ----------------------------------------------------------------------------------------------
-
-
-def load_tokenizer(spec: str):
-    """The tokenizer (with left padding and a chat template) of a checkpoint or Hub id, for rendering
-    prompts sent to a server."""
-    from rlcurate.models.hf import load_smollm2, prepare_tokenizer
-
-    if spec == "smollm2":
-        return load_smollm2()[1]
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError) as exc:
-        raise AuditError(f"model={spec!r}: cannot load its tokenizer (needed to render prompts): "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    return prepare_tokenizer(tok, name=spec)
-
-
-def make_engine(config: AuditConfig):
-    """``(engine, tokenizer)`` for ``config`` (chapter 4): a :class:`~rlcurate.rollout.TransformersEngine`
-    over :func:`rlcurate.models.load_policy`, or an :class:`~rlcurate.rollout.OpenAIEngine` plus the
-    tokenizer of ``config.model``. Raises :class:`AuditError` naming a model that cannot be loaded."""
-    from rlcurate.rollout import OpenAIEngine, TransformersEngine
-
-    if config.backend == "openai":
-        name = config.model_name or config.model
-        try:
-            engine = OpenAIEngine(config.base_url, name, endpoint=config.endpoint)
-        except ValueError as exc:
-            raise AuditError(f"base_url: {exc}") from None
-        return engine, None if config.endpoint == "chat" else load_tokenizer(config.model)
-    from rlcurate.models import load_policy
-
-    try:
-        model, tokenizer = load_policy(config.model, device=config.device, dtype=config.dtype)
-    except (ValueError, OSError, ImportError) as exc:
-        raise AuditError(f"model={config.model!r} cannot be loaded: {exc}") from None
-    return TransformersEngine(model, tokenizer, token_budget=int(config.token_budget)), tokenizer
-
-
-def _load_problems(config: AuditConfig, task=None):
-    from rlcurate.tasks import get_task
-
-    if task is None:
-        try:
-            task = get_task(config.task, **config.task_kwargs)
-        except TypeError as exc:
-            raise AuditError(f"task_kwargs {config.task_kwargs!r} do not fit task {config.task!r}: {exc}") from None
-        except ValueError as exc:
-            raise AuditError(f"task={config.task!r}: {exc}") from None
-    try:
-        problems = task.problems(config.split)
-    except ValueError as exc:  # includes DatasetFormatError (file, line, field)
-        raise AuditError(f"task {config.task!r}, split {config.split!r}: {exc}") from None
-    except (OSError, ImportError) as exc:
-        raise AuditError(f"task {config.task!r}, split {config.split!r}: cannot read the data: {exc}") from None
-    if not problems:
-        raise AuditError(f"task {config.task!r}, split {config.split!r} has no problems")
-    order = audit_order(len(problems), config)
-    return task, [problems[i] for i in order]
-
-
-# ----------------------------------------------------------------------------------------------
-# Scoring
-# ----------------------------------------------------------------------------------------------
-
-
-def _score(reward_fn, problem, text: str) -> tuple[float, str, bool]:
-    """``(score, reason, failed)``. A reward function that raises, returns a non-number, NaN or a
-    value outside [0, 1] scores 0 with ``failed``; so does a task's verifier that reported its own
-    failure (:meth:`rlcurate.tasks.base.Task.reward` turns it into a reason that starts with
-    ``verifier error`` or ``verifier returned``)."""
-    try:
-        res = reward_fn(problem, text)
-    except Exception as exc:  # an audit must survive any verifier
-        msg = str(exc).splitlines()[0][:200] if str(exc) else ""
-        return 0.0, f"reward error: {type(exc).__name__}: {msg}", True
-    value, reason = (res.value, res.reason) if hasattr(res, "value") else (res, "")
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return 0.0, f"reward error: the reward function returned {value!r}, not a number", True
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        return 0.0, f"reward error: the reward function returned {value!r}, outside [0, 1]", True
-    reason = str(reason)
-    return value, reason, reason.startswith(("verifier error", "verifier returned"))
-
-
-# ----------------------------------------------------------------------------------------------
-# Batches, signals, writes
-# ----------------------------------------------------------------------------------------------
-
-
-def sub_batches(prompt_lengths: Sequence[int], runs: int, max_new_tokens: int, token_budget: int) -> list[list[int]]:
-    """Split a chunk into batches of consecutive samples, each generated and written by itself
-    (chapter 4). A batch of ``b`` samples whose longest prompt has ``L`` tokens holds ``b * runs``
-    rows and is charged ``b * runs * (L + max_new_tokens)`` tokens, the cost model of the local
-    engine's batches (:func:`rlcurate.rollout.hf.plan_batches`); samples are added while the charge
-    stays within ``token_budget``, and a sample that alone exceeds it gets a batch of its own.
-    Returns lists of positions in the chunk. The split depends only on the prompts and the audit's
-    settings, so a resumed audit redoes a batch with the same shapes."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for k, length in enumerate(prompt_lengths):
-        top = max(longest, int(length))
-        if cur and (len(cur) + 1) * runs * (top + max_new_tokens) > token_budget:
-            out.append(cur)
-            cur, top = [], int(length)
-        cur.append(k)
-        longest = top
-    if cur:
-        out.append(cur)
-    return out
-
-
-def _prompt_lengths(tokenizer, prompts: Sequence) -> list[int]:
-    encode = getattr(tokenizer, "encode", None)
-    if encode is None:  # no tokenizer (a chat endpoint renders on the server): batches by max_new_tokens
-        return [0] * len(prompts)
-    return [len(p) if not isinstance(p, str) else len(encode(p, add_special_tokens=False)) for p in prompts]
-
-
-class _Terminate:
-    """Turns ``SIGTERM`` into :class:`AuditTerminated`, raised at once unless a write is under way,
-    in which case it is raised when the write is done (no half-written batch, no lost session)."""
-
-    def __init__(self):
-        self.writing = 0
-        self.pending: int | None = None
-
-    def handler(self, signum, frame):
-        if self.writing:
-            self.pending = signum
-            return
-        raise AuditTerminated(signum)
-
-    @contextmanager
-    def write(self):
-        self.writing += 1
-        try:
-            yield
-        finally:
-            self.writing -= 1
-        if self.pending is not None and not self.writing:
-            signum, self.pending = self.pending, None
-            raise AuditTerminated(signum)
-
-    @contextmanager
-    def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield self  # signals reach only the main thread
-            return
-        previous = signal.signal(signal.SIGTERM, self.handler)
-        try:
-            yield self
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc) or type(exc).__name__
-
-
-def _check_writable(out: Path) -> None:
-    """Create ``out`` and check that files can be created in it and the audit's files appended to,
-    before any model is loaded; :class:`AuditError` ``cannot write to ...`` otherwise."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-check-{os.getpid()}"
-        with open(probe, "wb") as f:
-            f.write(b"ok\n")
-            f.flush()
-            os.fsync(f.fileno())
-        probe.unlink()
-        for name in (RUNS_FILE, SESSIONS_FILE, CONFIG_FILE, PROMPTS_FILE):
-            if (out / name).exists():
-                open(out / name, "ab").close()
-    except OSError as exc:
-        where = exc.filename if exc.filename and Path(exc.filename).name in (
-            RUNS_FILE, SESSIONS_FILE, CONFIG_FILE, PROMPTS_FILE) else out
-        raise AuditError(f"cannot write to {where} ({_why(exc)}); choose a writable --out folder") from None
-
-
-# ----------------------------------------------------------------------------------------------
-# The audit
-# ----------------------------------------------------------------------------------------------
 
 
 def _check_same_audit(existing: dict, config: AuditConfig, uids: list[str], out_dir: Path) -> None:
@@ -686,7 +135,7 @@ def run_audit(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise AuditError(f"out_dir={str(out)!r} exists and is not a folder")
-    task, problems = _load_problems(config, task)
+    task, problems = load_problems(config, task)
     uids = [p.uid for p in problems]
     if len(set(uids)) != len(uids):
         raise AuditError(f"task {config.task!r}, split {config.split!r}: sample uids are not unique")
@@ -704,51 +153,6 @@ def run_audit(
                                max_chunks, t_start, term)
     finally:
         lock.close()  # releases the lock (so does the death of the process, even by SIGKILL)
-
-
-def _lock_folder(out: Path):
-    """An exclusive ``flock`` on ``out/.lock``: two audits must not append to one folder at once."""
-    try:
-        f = open(out / ".lock", "a")
-    except OSError as exc:
-        raise AuditError(f"cannot write to {out} ({_why(exc)}); choose a writable --out folder") from None
-    try:
-        import fcntl
-
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except ImportError:  # pragma: no cover (not POSIX): no protection
-        pass
-    except OSError:
-        f.close()
-        raise AuditError(f"another audit is running in {out} (it holds {out / '.lock'}); wait for it or use "
-                         "another --out folder") from None
-    return f
-
-
-def _write_prompts(out: Path, problems, uids: list[str]) -> None:
-    """``prompts.jsonl``: each sample's uid, question and reference answer in audit order (what the
-    summary's ``mixed.jsonl`` carries); kept when it already covers at least as many samples."""
-    path = out / PROMPTS_FILE
-    if path.exists():
-        try:
-            if path.read_bytes().count(b"\n") >= len(uids):
-                return
-        except OSError:
-            pass
-    text = "".join(json.dumps({"index": i, "uid": uids[i], "question": p.question, "answer": p.answer},
-                              ensure_ascii=False) + "\n" for i, p in enumerate(problems))
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _stopped_by_write(path: Path, exc: OSError, saved: int, runs_path: Path) -> AuditStopped:
-    return AuditStopped(f"cannot write {path} ({_why(exc)}); the {saved} runs finished before it are saved in "
-                        f"{runs_path}; free some space or make the folder writable, then run the same command "
-                        "again to resume")
 
 
 def _run_locked(config, out, engine, tokenizer, task, problems, uids, reward_fn, progress, max_chunks, t_start,
@@ -777,7 +181,7 @@ def _run_locked(config, out, engine, tokenizer, task, problems, uids, reward_fn,
         info = {**old, "config": config.to_dict(), "samples": uids if len(uids) >= len(old["samples"]) else
                 old["samples"], "n_samples": n}
     else:
-        info.update({"created": session["started"], "versions": package_versions(), "git_sha": git_sha()})
+        info.update({"created": session["started"], "versions": package_versions(), "git_sha": git_state()[0]})
     saved = len(done)
     try:
         try:
@@ -798,7 +202,8 @@ def _run_locked(config, out, engine, tokenizer, task, problems, uids, reward_fn,
             tokenizer = getattr(engine, "tokenizer", None)
             if tokenizer is None:
                 raise AuditError("a tokenizer is needed to render prompts: pass tokenizer=")
-        info["device"] = device_info(engine)
+        env = provenance(device=getattr(engine, "device", None) or getattr(engine, "base_url", None))
+        info.update({"device": device_info(engine, env), "environment": env})
         try:
             with term.write():
                 _write_json_atomic(config_path, info)
@@ -906,5 +311,29 @@ def _write_batch(runs_path: Path, lines: list[str], session: dict, term: _Termin
         raise _stopped_by_write(runs_path, exc, before + session["new_runs"], runs_path) from None
 
 
-def _append_session(out: Path, session: dict) -> None:
-    _append_lines(out / SESSIONS_FILE, [json.dumps(session) + "\n"])
+def _score(reward_fn, problem, text: str) -> tuple[float, str, bool]:
+    """``(score, reason, failed)``. A reward function that raises, returns a non-number, NaN or a
+    value outside [0, 1] scores 0 with ``failed``; so does a task's verifier that reported its own
+    failure (:meth:`rlcurate.tasks.base.Task.reward` turns it into a reason that starts with
+    ``verifier error`` or ``verifier returned``)."""
+    try:
+        res = reward_fn(problem, text)
+    except Exception as exc:  # an audit must survive any verifier
+        msg = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return 0.0, f"reward error: {type(exc).__name__}: {msg}", True
+    value, reason = (res.value, res.reason) if hasattr(res, "value") else (res, "")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0, f"reward error: the reward function returned {value!r}, not a number", True
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        return 0.0, f"reward error: the reward function returned {value!r}, outside [0, 1]", True
+    reason = str(reason)
+    return value, reason, reason.startswith(("verifier error", "verifier returned"))
+
+
+def _prompt_lengths(tokenizer, prompts: Sequence) -> list[int]:
+    encode = getattr(tokenizer, "encode", None)
+    if encode is None:  # no tokenizer (a chat endpoint renders on the server): batches by max_new_tokens
+        return [0] * len(prompts)
+    return [len(p) if not isinstance(p, str) else len(encode(p, add_special_tokens=False)) for p in prompts]

@@ -40,8 +40,8 @@ import numpy as np
 from scipy import special
 from scipy import stats as _sps
 
-from rlcurate.audit.runner import (PROMPTS_FILE, RUNS_FILE, SESSIONS_FILE, AuditError, read_config,
-                                   read_runs)
+from rlcurate.audit.config import AuditError
+from rlcurate.audit.store import PROMPTS_FILE, RUNS_FILE, SESSIONS_FILE, read_config, read_runs
 from rlcurate.stats import (
     category_counts,
     categorize,

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
+from rlcurate.provenance import package_versions, provenance
+
 PAD, EOS, USER, ASSISTANT = "<|pad|>", "<|endoftext|>", "<|user|>", "<|assistant|>"
 SPECIAL_TOKENS = (PAD, EOS, USER, ASSISTANT)
 # Byte-level images of the characters the arithmetic formats use: "Ġ" is the space, "Ċ" the newline.
@@ -117,37 +119,19 @@ def count_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of python, torch, transformers, tokenizers, numpy and rlcurate, for the run records
-    of chapter 4's checkpoints."""
-    import platform
-
-    import numpy
-    import tokenizers
-    import transformers
-
-    import rlcurate
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-        "numpy": numpy.__version__,
-        "rlcurate": rlcurate.__version__,
-    }
-
-
 def save_tiny(model, tokenizer, path, **info) -> Path:
     """Save ``model`` and ``tokenizer`` as a Hugging Face checkpoint in ``path`` (safetensors,
-    config, tokenizer, chat template) plus ``rlcurate.json`` holding ``info``, the parameter count
-    and package versions (chapter 4). Returns the directory."""
+    config, tokenizer, chat template) plus ``rlcurate.json`` holding ``info``, the parameter count,
+    package versions and the :func:`~rlcurate.provenance.provenance` record ``environment`` (chapter 4).
+    Returns the directory."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     with _quiet_hf_progress():
         model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    record = {"n_params": count_params(model), "versions": package_versions(), **info}
+    device = next(model.parameters()).device
+    record = {"n_params": count_params(model), "versions": package_versions(),
+              "environment": provenance(device=device), **info}
     (path / "rlcurate.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path
 

@@ -12,13 +12,10 @@ command line prints one line; the checks that need the strategy, task, model or 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
-import inspect
 import json
 import math
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,11 +299,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def field_docs(cls=TrainConfig) -> dict[str, str]:
-    """The docstring written under each field of a dataclass (for ``--help`` and the docs)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = " ".join(str(nxt.value.value).split())
-    return docs
+    """The docstring written under each field of a dataclass (for ``--help`` and the docs);
+    :func:`rlcurate.config_cli.field_docs`, with :class:`TrainConfig` as the default class."""
+    from rlcurate.config_cli import field_docs as docs
+
+    return docs(cls)

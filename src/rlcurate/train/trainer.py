@@ -37,7 +37,6 @@ import json
 import logging
 import math
 import os
-import platform
 import shutil
 import time
 from contextlib import nullcontext
@@ -526,23 +525,7 @@ class Trainer:
         return bool(self.config.max_rollouts) and self.totals["rollouts"] >= self.config.max_rollouts
 
     def _write_environment(self) -> None:
-        import transformers
+        from rlcurate.provenance import provenance
 
-        from rlcurate import __version__
-
-        env = {"rlcurate": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-               "numpy": np.__version__, "python": platform.python_version(), "platform": platform.platform(),
-               "device": str(self.device),
-               "gpu": torch.cuda.get_device_name(0) if self.device.type == "cuda" else None,
-               "threads": torch.get_num_threads(), "git_sha": _git_sha()}
+        env = provenance(device=self.device)  # the keys of every run record (rlcurate.provenance)
         (self.out / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
-
-
-def _git_sha() -> str | None:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
