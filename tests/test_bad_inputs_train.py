@@ -290,7 +290,7 @@ def test_nonfinite_gradient_skips_the_optimizer_step(tmp_path, spread_policy):
     samples = [TrainSample([5, 6, 7], [8, 9, 10], 1.0)]
     aggregation_coefficients(samples, "token-mean", 8)
     before = [p.detach().clone() for p in tr.model.parameters()]
-    out = tr._update(samples)
+    out = tr.policy.optimize(samples)
     assert out["nonfinite_grad_steps"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
 

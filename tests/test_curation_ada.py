@@ -25,7 +25,7 @@ from rlcurate.curation.ada import (
 from rlcurate.rollout.base import SamplingParams
 from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimEngine, SimTask, SimTrainer
-from rlcurate.train.trainer import group_advantages
+from rlcurate.curation.base import group_advantages
 
 
 

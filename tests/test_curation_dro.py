@@ -17,6 +17,7 @@ from rlcurate.curation.dro import (
     reference_answer_text,
     reflectivity_weights,
 )
+from rlcurate.policy.model import ModelPolicy
 from rlcurate.rollout.base import Completion
 from rlcurate.tasks.arithmetic import ArithmeticTask
 
@@ -60,8 +61,8 @@ def make_group(task, tok, index, texts) -> Group:
 
 def make_ctx(task, policy) -> StepContext:
     model, tok = policy
-    return StepContext(step=0, seed=0, problems=task.problems(), task=task, tokenizer=tok, engine=None,
-                       sampling=None, group_size=4, prompts_per_step=4, policy=model)
+    return StepContext(step=0, seed=0, problems=task.problems(), task=task, group_size=4, prompts_per_step=4,
+                       policy=ModelPolicy(model, tok))
 
 
 def direct_logprobs(model, ids: list[int], n_answer: int) -> np.ndarray:

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from rlcurate.curation import Group, StepContext, build_curator
-from rlcurate.curation.gvm import GvmSampler, lm_grad_norms
+from rlcurate.curation.gvm import GvmSampler
+from rlcurate.policy.base import SamplingPolicy
+from rlcurate.policy.scoring import grad_norms as lm_grad_norms
 from rlcurate.rollout.base import SamplingParams
 from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimEngine, SimTask, SimTrainer
@@ -37,9 +39,10 @@ class Sim:
         return np.linalg.norm(self.world.score(self.theta, idx, acts), axis=1)
 
     def ctx(self, step, B, n, grad_norms="exact"):
-        return StepContext(step=step, seed=self.seed, problems=self.problems, task=self.task, tokenizer=None,
-                           engine=self.engine, sampling=SamplingParams(max_new_tokens=1), group_size=n,
-                           prompts_per_step=B, grad_norms=self.norms if grad_norms == "exact" else grad_norms)
+        policy = SamplingPolicy(self.engine)
+        policy.grad_norms = self.norms if grad_norms == "exact" else grad_norms  # what the policy would give
+        return StepContext(step=step, seed=self.seed, problems=self.problems, task=self.task, policy=policy,
+                           sampling=SamplingParams(max_new_tokens=1), group_size=n, prompts_per_step=B)
 
 
 @pytest.fixture()
@@ -203,7 +206,7 @@ def test_gvm_smoke_on_the_tiny_model_and_the_trainer_grad_norms(spread_policy, t
     steps = [r for r in tr.metrics.read() if "rollouts" in r]
     assert [r["rollouts"] for r in steps] == [(2 + 4) * 4] * 2
     assert all(r["samples_trained"] == 24 for r in steps)
-    # the trainer's grad_norms hook is lm_grad_norms on the policy and the rendered prompt
+    # the trainer's grad_norms are rlcurate.policy.scoring.grad_norms on the policy and the rendered prompt
     ctx = tr.context(5)
     g = ctx.generate([0], 3)[0]
     expected = lm_grad_norms(tr.model, tr.engine.encode([g.prompt])[0], g.completions)

@@ -13,6 +13,7 @@ import torch
 
 from rlcurate.curation.base import Group, StepContext
 from rlcurate.curation.dro import DROProcessor, reference_answer_text
+from rlcurate.policy.model import ModelPolicy
 from rlcurate.rollout.base import Completion
 from rlcurate.tasks.gsm8k import GSM8K
 
@@ -55,8 +56,8 @@ def test_dro_on_gsm8k_teacher_forces_the_reference_after_the_reasoning_only(shar
     g = Group(index=0, problem=problem, prompt=prompt, completions=comps,
               rewards=np.array([task.reward(problem, t).value for t in texts]))
     assert g.rewards.tolist() == [1.0, 0.0, 0.0]
-    ctx = StepContext(step=0, seed=0, problems=[problem], task=task, tokenizer=tok, engine=None, sampling=None,
-                      group_size=3, prompts_per_step=1, policy=model)
+    ctx = StepContext(step=0, seed=0, problems=[problem], task=task, group_size=3, prompts_per_step=1,
+                      policy=ModelPolicy(model, tok))
     (st,) = DROProcessor(use_as="token_weights").statistics(ctx, [g])
     y_text = reference_answer_text(task, problem)
     assert y_text == f"\n#### {problem.answer}"

@@ -26,7 +26,7 @@ from rlcurate.tasks.base import Problem, Reward
 from rlcurate.tasks.datasets import with_hint
 from rlcurate.train.config import TrainConfig, field_docs
 from rlcurate.train.loss import TrainSample, aggregation_coefficients, policy_loss
-from rlcurate.train.trainer import group_advantages
+from rlcurate.curation.base import group_advantages
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 

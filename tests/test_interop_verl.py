@@ -210,7 +210,7 @@ def test_pool_baseline_advantage_is_registered_with_verl():
     from rlcurate.curation.base import Group
     from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, pool_baseline_advantage
     from rlcurate.tasks.base import Problem
-    from rlcurate.train.trainer import group_advantages
+    from rlcurate.curation.base import group_advantages
 
     fn = core_algos.get_adv_estimator_fn(POOL_ADV_ESTIMATOR)
     assert fn is pool_baseline_advantage

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcurate.stats.advantages import centred, group_advantages, raft, rloo, standardised
+from rlcurate.stats.advantages import advantages_by_group, centred, raft, rloo, standardised
 
 groups = st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=16)
 
@@ -35,10 +35,10 @@ def test_batched_matches_per_group():
     assert np.allclose(centred(R, base), R - base[:, None])
 
 
-def test_group_advantages_ragged_and_errors():
-    out = group_advantages([[1, 0], [1, 1, 0]], "rloo")
+def test_advantages_by_group_ragged_and_errors():
+    out = advantages_by_group([[1, 0], [1, 1, 0]], "rloo")
     assert len(out) == 2 and out[1].shape == (3,)
     with pytest.raises(ValueError, match="kind"):
-        group_advantages([[1]], "ppo")
+        advantages_by_group([[1]], "ppo")
     with pytest.raises(ValueError, match="rewards"):
         standardised(np.array([1.0, np.nan]))

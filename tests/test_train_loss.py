@@ -6,7 +6,8 @@ import torch
 
 from rlcurate.curation.base import Group
 from rlcurate.tasks.base import Problem
-from rlcurate.train import TrainConfig, group_advantages
+from rlcurate.curation.base import group_advantages
+from rlcurate.train import TrainConfig
 from rlcurate.train.loss import (
     TrainSample,
     aggregation_coefficients,

@@ -85,7 +85,7 @@ def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):
     tr.train_step(0)  # a normal step leaves gradients (and Adam moments) behind
     before = [p.detach().clone() for p in tr.model.parameters()]
     lr_before = tr.scheduler.get_last_lr()
-    out = tr._update([])
+    out = tr.policy.update([], [])
     assert out["grad_norm"] == 0.0 and out["loss"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
     assert len(tr.scheduler.get_last_lr()) == len(lr_before)  # the schedule moved on without error

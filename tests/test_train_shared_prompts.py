@@ -5,14 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlcurate.train.loss import (
-    TrainSample,
-    _can_share_prompts,
-    aggregation_coefficients,
-    forward_logprobs,
-    plan_micro_batches,
-    policy_loss,
-)
+from rlcurate.policy.batching import TrainSample, plan_micro_batches
+from rlcurate.policy.scoring import _can_share_prompts, forward_logprobs
+from rlcurate.train.loss import aggregation_coefficients, policy_loss
 
 
 

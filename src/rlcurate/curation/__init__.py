@@ -2,8 +2,8 @@
 with what weight. See :mod:`rlcurate.curation.base` for the interface and
 :mod:`rlcurate.curation.registry` for the names a training config uses."""
 
-from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
+from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext, group_advantages
 from rlcurate.curation.registry import available, build_curator, register
 
-__all__ = ["Curator", "Group", "Processor", "Sampler", "Selector", "StepContext", "available",
+__all__ = ["Curator", "Group", "Processor", "Sampler", "Selector", "StepContext", "group_advantages", "available",
            "build_curator", "register"]

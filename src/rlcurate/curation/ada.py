@@ -182,6 +182,7 @@ class AdaSeqSampler(Sampler):
     ``pool_successes = N_pos``. :class:`AdaSeqDownsample` then picks the trained group."""
 
     name = "ada_seq"
+    pool_baseline = True
 
     def __init__(self, rule: SeqRule | None = None, max_rounds: int = 4, round_repeat: int = 8):
         self.rule = rule or SeqRule()

@@ -1,30 +1,49 @@
 """The curation interface: which prompts, how many rollouts, which samples, with what weight
-(chapters 5-10).
+(chapters 5-10). A strategy's author reads this file and touches only what it declares.
 
-One training step runs, in this order (see :class:`rlcurate.train.Trainer`)::
+One training step (:func:`rlcurate.curation.step.run_step`, the same for the language model and
+the simulated world) runs, in this order::
 
-    indices = curator.select(ctx)          # which prompts this step          (Selector)
-    groups  = curator.rollout(ctx, indices) # n_i completions per prompt, rewards (Sampler; may call
-                                            #   ctx.generate several times: rounds, hints)
-    groups  = curator.process(ctx, groups)  # keep / downsample / reweight      (Processors)
-    ...advantages, loss, optimizer step...
-    curator.observe(ctx, groups)            # update beliefs and statistics
+    indices = curator.select(ctx)            # which prompts this step          (Selector)
+    groups  = curator.rollout(ctx, indices)  # n_i completions per prompt, rewards (Sampler; may call
+                                             #   ctx.generate several times: rounds, hints)
+    groups  = curator.process(ctx, groups)   # keep / downsample / reweight      (Processors)
+    advantages = [group_advantages(g, ...)]  # group-relative, from each Group's fields
+    policy.update(groups, advantages)        # loss and optimizer step
+    curator.observe(ctx, groups)             # update beliefs and statistics
 
 A :class:`Curator` is a Selector, a Sampler and a list of Processors, so strategies compose: INSIGHT's
 selection with Reinforce-Ada's sequential sampling is ``Curator(InsightSelector(), AdaSeqSampler())``.
-The trainer never knows which strategy runs. Every part keeps its state in ``state_dict`` so that a
-resumed run continues exactly.
+The trainer never knows which strategy runs.
+
+**What a strategy may use.** Only its :class:`StepContext`: read-only facts of the step (``step``,
+``group_size``, ``prompts_per_step``, ``problems``, ``task``, ``tokenizer``, ``rng``,
+``generated_groups``) and four abilities, each counted where it costs compute: :meth:`StepContext.generate`
+(scored rollouts, the only way to get them), :meth:`StepContext.generate_text` (unscored text, e.g. a
+hint), :meth:`StepContext.more_prompts` (the next prompts of the selector, e.g. DAPO's oversampling)
+and the policy's scores, :meth:`StepContext.sequence_logprobs` and :meth:`StepContext.grad_norms`. It
+reads and writes the fields of :class:`Group` that each hook's docstring names. Every part keeps its
+state in ``state_dict`` so that a resumed run continues exactly.
+
+Adding a strategy: ``src/rlcurate/curation/README.md``.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from rlcurate.seeding import generation_seed, stream
+from rlcurate.stats.advantages import centred, pool_advantages, rloo, standardised
+from rlcurate.stats.gate import is_mixed
 from rlcurate.tasks.base import Problem
+
+if TYPE_CHECKING:
+    from rlcurate.policy.base import Policy
+    from rlcurate.rollout.base import Completion, RolloutEngine, SamplingParams
 
 
 @dataclass
@@ -71,7 +90,7 @@ class Group:
     @property
     def mixed(self) -> bool:
         """True when the rewards are not all equal: the gate is open (chapter 1)."""
-        return self.size > 1 and float(np.max(self.rewards) - np.min(self.rewards)) > 0
+        return self.size > 1 and is_mixed(self.rewards)
 
     @property
     def successes(self) -> float:
@@ -101,6 +120,35 @@ class Group:
         return g
 
 
+def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
+    """The advantage of each completion of ``group`` (chapter 5), times ``group.weight``:
+
+    - ``grpo``: standardised, (r - mean r) / (std r + eps) with the Bessel std, or with a pool
+      baseline (``group.baseline`` and ``group.pool_size`` set by a sampler) the pool's statistics,
+      :func:`rlcurate.stats.advantages.pool_standardised`;
+    - ``drgrpo``: centred, r - mean r, or r - p_hat with a pool baseline;
+    - ``rloo``: leave-one-out, n/(n-1) (r - mean r).
+
+    A group of one rollout gets A = 0 without a pool baseline (verl and TRL give r / (1 + eps): mean
+    0, std 1 by their convention); |A| is bounded by :func:`rlcurate.stats.advantages.advantage_bound`.
+    """
+    r = group.rewards
+    if r.size == 0:
+        return r
+    pooled = group.baseline is not None and bool(group.pool_size)
+    if kind == "grpo" and pooled:
+        a = pool_advantages(r, group.baseline, group.pool_size, "grpo", eps)
+    elif kind == "grpo":
+        a = standardised(r, eps=eps, ddof=1)
+    elif kind == "drgrpo":
+        a = centred(r, baseline=group.baseline)
+    elif kind == "rloo":
+        a = rloo(r)
+    else:
+        raise ValueError(f"advantage must be grpo, drgrpo or rloo, got {kind!r}")
+    return a * group.weight
+
+
 @dataclass
 class StepCounters:
     """Compute spent in one step (chapter 5): every rollout and token generated, kept or not."""
@@ -113,59 +161,85 @@ class StepCounters:
 
 
 class StepContext:
-    """Everything a curator may use during one step; built by the trainer.
+    """What a strategy may use during one step; built by the trainer (or the simulated world).
 
-    ``generate`` is the only way a curator gets rollouts, so compute is always accounted for, seeds
-    are derived from (run seed, step, call number) and a resumed run reproduces every sample.
+    Read-only facts:
+        step: the step number (0-based).
+        group_size: n, the rollouts per prompt the run was configured with.
+        prompts_per_step: B, the prompts a step trains on.
+        problems: the training pool; strategies speak of prompts by their index in it.
+        task: the task (rewards, rendering, hints); ``None`` when a selector is driven from outside.
+        tokenizer: the policy's tokenizer (``None`` in the simulated world).
+        rng: this step's generator for a strategy's own random choices (stream ``curator``).
+        generated_groups: every group :meth:`generate` returned this step, kept or not.
+        counters: what this step has spent so far (:class:`StepCounters`).
+
+    Abilities, each accounted for: :meth:`generate`, :meth:`generate_text`, :meth:`more_prompts`,
+    :meth:`sequence_logprobs`, :meth:`grad_norms`. Generation seeds come from (run seed, step, call
+    number), so a resumed run reproduces every sample.
+
+    ``engine`` and ``tokenizer`` may be given instead of a ``policy`` (tests, notebooks, selectors fed
+    by another trainer): a policy that samples with that engine and scores nothing.
     """
 
-    def __init__(self, *, step: int, seed: int, problems: Sequence[Problem], task, tokenizer, engine,
-                 sampling, group_size: int, prompts_per_step: int, extra: dict | None = None,
-                 policy=None, render: Callable | None = None, grad_norms: Callable | None = None):
+    def __init__(self, *, step: int, seed: int, problems: Sequence[Problem], task, group_size: int,
+                 prompts_per_step: int, policy: "Policy | None" = None, sampling: "SamplingParams | None" = None,
+                 engine: "RolloutEngine | None" = None, tokenizer=None, render: Callable | None = None):
+        if policy is None and engine is not None:
+            from rlcurate.policy.base import SamplingPolicy
+
+            policy = SamplingPolicy(engine, tokenizer)
         self.step = step
-        self.seed = seed
-        self.problems = problems
-        self.task = task
-        self.tokenizer = tokenizer
-        self.engine = engine
-        self.sampling = sampling
         self.group_size = group_size
         self.prompts_per_step = prompts_per_step
-        self.rng = np.random.default_rng([seed, step, 17])
+        self.problems = problems
+        self.task = task
+        self.tokenizer = getattr(policy, "tokenizer", None) if tokenizer is None else tokenizer
+        self.rng = stream("curator", seed, step)
+        self.generated_groups: list[Group] = []
         self.counters = StepCounters()
-        self.extra = extra or {}
-        self.policy = policy  # the model being trained (DRO scores with it)
-        # grad_norms(group) -> one gradient norm ||grad log pi(y | x)|| per completion (GVM, chapter 3)
-        self.grad_norms = grad_norms
+        self._seed = seed
+        self._policy = policy
+        self._sampling = sampling
         self._render = render
         self._calls = 0
-        self.selector = None  # set by the Curator: samplers that need more prompts (DAPO) ask it
-        self.generated_groups: list[Group] = []  # every group generate() returned this step, kept or not
+        self._more_prompts: Callable[[int], list[int]] | None = None  # bound by the Curator to its selector
 
+    # ------------------------------------------------------------------ generation
     def render(self, index: int, hint: str | None = None) -> str:
+        """The prompt text of problem ``index``, with ``hint`` written in where the task puts hints."""
         problem = self.problems[index]
         if self._render is not None:
             return self._render(problem, hint)
         return self.task.render(problem, self.tokenizer, hint=hint)
 
-    def next_seed(self) -> int:
-        """A fresh generation seed for this step (deterministic in the run seed, step and call)."""
+    def _next_seed(self) -> int:
         self._calls += 1
-        mixed = np.random.default_rng([self.seed, self.step, self._calls]).integers(0, 2**62)
-        return int(mixed)
+        return generation_seed(self._seed, self.step, self._calls)
+
+    def _sample(self, prompts, n, params) -> list:
+        if self._policy is None:
+            raise RuntimeError("this StepContext has no policy to generate with")
+        t0 = time.perf_counter()
+        out = self._policy.generate(prompts, n, params, self._next_seed())
+        self.counters.generate_calls += 1
+        self.counters.generate_seconds += time.perf_counter() - t0
+        return out
 
     def generate(self, indices: Sequence[int], n, hints: Sequence[str | None] | None = None,
-                 hint_levels: Sequence[int] | None = None, sampling=None) -> list[Group]:
-        """Sample ``n`` (a number or one per prompt) completions for each problem index, score them,
-        and return one :class:`Group` per index (groups of size 0 included)."""
+                 hint_levels: Sequence[int] | None = None) -> list[Group]:
+        """Sample ``n`` (a number or one per prompt) completions for each problem index at the run's
+        sampling parameters, score them with the task, and return one :class:`Group` per index (groups
+        of size 0 included). ``hints[k]`` is written into prompt k (``hint_levels[k]`` records its
+        level). Costs: every rollout and token is added to :attr:`counters`; this is the only way a
+        strategy gets scored rollouts."""
         indices = [int(i) for i in indices]
         hints = list(hints) if hints is not None else [None] * len(indices)
         levels = list(hint_levels) if hint_levels is not None else [0] * len(indices)
         if len(hints) != len(indices) or len(levels) != len(indices):
             raise ValueError("hints and hint_levels need one entry per index")
         prompts = [self.render(i, h) for i, h in zip(indices, hints)]
-        t0 = time.perf_counter()
-        out = self.engine.generate(prompts, n, sampling or self.sampling, seed=self.next_seed())
+        out = self._sample(prompts, n, self._sampling)
         t1 = time.perf_counter()
         groups = []
         for i, prompt, lvl, comps in zip(indices, prompts, levels, out):
@@ -178,15 +252,50 @@ class StepContext:
                                 generated=len(comps), generated_tokens=tokens))
             self.counters.rollouts += len(comps)
             self.counters.generated_tokens += tokens
-        self.counters.generate_calls += 1
-        self.counters.generate_seconds += t1 - t0
         self.counters.verify_seconds += time.perf_counter() - t1
         self.generated_groups.extend(groups)
         return groups
 
+    def generate_text(self, prompts: Sequence[str], max_new_tokens: int) -> list["Completion"]:
+        """One unscored completion of each (already rendered) prompt, at the run's temperature and
+        top-p with ``max_new_tokens``: text a strategy writes for itself, such as SAGE's self-hints.
+        Costs: its tokens count as generated (:attr:`counters`), its completions are not rollouts."""
+        from rlcurate.rollout.base import SamplingParams
+
+        params = SamplingParams(temperature=self._sampling.temperature, top_p=self._sampling.top_p,
+                                max_new_tokens=int(max_new_tokens))
+        out = [comps[0] if comps else None for comps in self._sample(list(prompts), 1, params)]
+        self.counters.generated_tokens += sum(len(c.token_ids) for c in out if c is not None)
+        return out
+
+    def more_prompts(self, k: int) -> list[int]:
+        """The next ``k`` prompt indices in the selector's order (DAPO's oversampling, chapter 6).
+        Costs nothing until they are generated; the selector's pass over the pool moves on."""
+        if self._more_prompts is None:
+            raise RuntimeError("more_prompts needs a selector; run the sampler inside a Curator")
+        return self._more_prompts(int(k))
+
+    # ------------------------------------------------------------------ the policy's scores
+    @property
+    def sequence_logprobs(self) -> Callable[..., list[np.ndarray]] | None:
+        """``sequence_logprobs(contexts, continuations, token_budget=None)``: log pi(y_j | context,
+        y_<j) of each continuation under the current policy, no gradient, in micro-batches of at most
+        ``token_budget`` tokens (DRO's teacher-forced reference answer, chapter 8). Costs a forward
+        pass; not counted as generation. ``None`` when the policy cannot score token sequences (the
+        simulated world)."""
+        return getattr(self._policy, "sequence_logprobs", None)
+
+    @property
+    def grad_norms(self) -> Callable[[Group], np.ndarray] | None:
+        """``grad_norms(group)``: ||grad log pi(y | x)|| of each completion of the group under the
+        current policy (GVM's G_i, chapter 3). Costs a forward and backward pass per completion.
+        ``None`` when the policy gives none."""
+        return getattr(self._policy, "grad_norms", None)
+
 
 class Selector:
-    """Chooses the prompts of a step. Default: epochs over the pool in a seeded random order."""
+    """Chooses the prompts of a step. Default: passes (epochs) over the pool, each in a seeded random
+    order (stream ``epoch_order``)."""
 
     name = "uniform"
 
@@ -196,12 +305,12 @@ class Selector:
         self._order: np.ndarray | None = None
 
     def bind(self, n_items: int, seed: int) -> None:
-        """Called once by the trainer with the size of the training pool."""
+        """Called once, before the first step, with the size of the training pool and the run seed."""
         self.n_items = n_items
         self.seed = seed
 
     def _epoch_order(self) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch, 3]).permutation(self.n_items)
+        return stream("epoch_order", self.seed, self.epoch).permutation(self.n_items)
 
     def draw(self, k: int) -> list[int]:
         """The next ``k`` prompts of the epoch order (wrapping into the next epoch)."""
@@ -217,10 +326,14 @@ class Selector:
         return out
 
     def select(self, ctx: StepContext, k: int) -> list[int]:
+        """The ``k`` prompt indices (into ``ctx.problems``) of this step; an index may repeat.
+        Reads the context's facts and ``ctx.rng``; generates nothing (a selector that must look at
+        rollouts to choose, like a live prefilter, may call ``ctx.generate``, which is counted)."""
         return self.draw(k)
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        pass
+        """After the update: the trained groups (and ``ctx.generated_groups``, everything generated)
+        to learn from. Reads any field of a Group; writes none."""
 
     def metrics(self) -> dict[str, float]:
         """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
@@ -234,15 +347,23 @@ class Selector:
 
 
 class Sampler:
-    """Produces the groups of the selected prompts. Default: ``group_size`` rollouts each."""
+    """Produces the groups of the selected prompts. Default: ``group_size`` rollouts each.
+
+    ``pool_baseline`` says that the sampler sets every group's ``baseline`` from a larger pool of
+    rollouts (Reinforce-Ada), so a trained group of one rollout still has a non-zero advantage."""
 
     name = "group"
+    pool_baseline = False
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
+        """One :class:`Group` per selected index (in order), from ``ctx.generate`` (called as often
+        as the sampler likes: rounds, hint levels; ``ctx.more_prompts`` adds prompts). May set on a
+        Group: ``baseline``, ``pool_size``, ``pool_successes`` (a larger pool's statistics),
+        ``weight`` and ``token_weights``; may merge (:meth:`Group.merge`) or subset groups."""
         return ctx.generate(indices, ctx.group_size)
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        pass
+        """After the update: the trained groups. Reads any field; writes none."""
 
     def metrics(self) -> dict[str, float]:
         """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
@@ -261,10 +382,14 @@ class Processor:
     name = "identity"
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
+        """The groups to train on: may drop groups, keep a subset of a group's completions
+        (:meth:`Group.subset`) and set ``baseline``, ``pool_size``, ``pool_successes``, ``weight``
+        and ``token_weights``; may score with ``ctx.sequence_logprobs`` / ``ctx.grad_norms``. Must not
+        generate: what a processor drops was still paid for, and is counted."""
         return groups
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        pass
+        """After the update: the trained groups. Reads any field; writes none."""
 
     def metrics(self) -> dict[str, float]:
         """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
@@ -294,11 +419,11 @@ class Curator:
                 part.bind(n_items, seed)
 
     def select(self, ctx: StepContext) -> list[int]:
-        ctx.selector = self.selector
+        ctx._more_prompts = self.selector.draw
         return self.selector.select(ctx, ctx.prompts_per_step)
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
-        ctx.selector = self.selector
+        ctx._more_prompts = self.selector.draw
         return self.sampler.rollout(ctx, indices)
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:

@@ -13,7 +13,7 @@ again, up to ``max_num_gen_batches`` generation batches; then it truncates to B 
 is paid in rollouts: every generated rollout counts toward the step's compute, kept or not.
 
 Here :class:`DapoSampler` does the oversampling (it asks the curator's selector for more prompts
-through ``ctx.selector.draw``) and :class:`DapoFilter` keeps the first B mixed groups in generation
+through ``ctx.more_prompts``) and :class:`DapoFilter` keeps the first B mixed groups in generation
 order. Two deliberate differences from verl's ``RayDAPOTrainer``: when the cap is reached with fewer
 than B mixed groups this step trains on what it found (verl raises an error), and a group of one
 rollout is dropped (verl keeps ``len == 1`` groups; here a single rollout has no group baseline).
@@ -61,11 +61,6 @@ class DapoSampler(Sampler):
         self.last_batches = 0
         self.last_mixed = 0
 
-    def _draw(self, ctx: StepContext, k: int) -> list[int]:
-        if ctx.selector is None:
-            raise RuntimeError("DapoSampler needs ctx.selector to draw more prompts; run it inside a Curator")
-        return ctx.selector.draw(k)
-
     def metrics(self) -> dict[str, float]:
         return {"dapo_gen_batches": self.last_batches, "dapo_mixed": self.last_mixed}
 
@@ -74,12 +69,12 @@ class DapoSampler(Sampler):
         size = self.gen_batch_size or B
         first = list(indices)
         if size > len(first):
-            first += self._draw(ctx, size - len(first))
+            first += ctx.more_prompts(size - len(first))
         groups = ctx.generate(first, ctx.group_size)
         batches = 1
         mixed = sum(g.mixed for g in groups)
         while mixed < B and batches < self.max_num_gen_batches:
-            more = ctx.generate(self._draw(ctx, size), ctx.group_size)
+            more = ctx.generate(ctx.more_prompts(size), ctx.group_size)
             groups.extend(more)
             mixed += sum(g.mixed for g in more)
             batches += 1

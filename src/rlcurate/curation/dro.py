@@ -40,7 +40,8 @@ Three uses, switchable (``use_as``, ``filter_fraction``):
     ``floor(filter_fraction * B)`` of the batch (ties: the earlier group is dropped first), keeping at
     least one. 0 (default) is off: the paper's cutoff is "based on data size and capacity".
 
-DRO needs the language-model policy (``ctx.policy``): it does not run on the simulated world.
+DRO needs the language-model policy (``ctx.sequence_logprobs``, ``ctx.tokenizer``): it does not run on the
+simulated world.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector,
 from rlcurate.curation.registry import register
 
 __all__ = ["DROProcessor", "DROStats", "reference_answer_text", "reasoning_token_count",
-           "teacher_forced_logprobs", "reflectivity_weights", "r3_scores", "answer_span_weights"]
+           "reflectivity_weights", "r3_scores", "answer_span_weights"]
 
 USES = ("reward", "token_weights", "both", "none")
 
@@ -90,34 +91,6 @@ def reasoning_token_count(tokenizer, token_ids: Sequence[int], n_chars: int) -> 
         else:
             hi = mid - 1
     return lo
-
-
-def teacher_forced_logprobs(model, contexts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
-                            pad_id: int, token_budget: int = 16384) -> list[np.ndarray]:
-    """log pi(y_j | context, y_<j) for each (context, answer) pair, at temperature 1, batched under
-    ``token_budget`` tokens and left-padded (chapter 8). Returns one float64 array per pair."""
-    import torch  # here, not at the top: naming the strategies must not cost a torch import
-
-    with torch.no_grad():
-        return _teacher_forced_logprobs(model, contexts, answers, pad_id, token_budget)
-
-
-def _teacher_forced_logprobs(model, contexts, answers, pad_id, token_budget):
-    from rlcurate.train.loss import TrainSample, forward_logprobs, plan_micro_batches
-
-    samples = [TrainSample(list(c), list(a), 0.0) for c, a in zip(contexts, answers)]
-    out: list[np.ndarray | None] = [None] * len(samples)
-    was_training = model.training
-    model.eval()
-    try:
-        for mb in plan_micro_batches(samples, token_budget):
-            batch = [samples[i] for i in mb]
-            logp, mask, _ = forward_logprobs(model, batch, 1.0, pad_id)
-            for r, i in enumerate(mb):
-                out[i] = logp[r, mask[r]].double().cpu().numpy()
-    finally:
-        model.train(was_training)
-    return out  # type: ignore[return-value]
 
 
 def reflectivity_weights(sigma, power: float = 1.0) -> np.ndarray:
@@ -219,12 +192,11 @@ class DROProcessor(Processor):
     def statistics(self, ctx: StepContext, groups: Sequence[Group]) -> list[DROStats | None]:
         """Teacher-force each group's reference answer after each rollout's reasoning (one batched
         pass over all groups) and compute l, sigma, w, R3."""
-        if ctx.policy is None or ctx.tokenizer is None:
-            raise ValueError("DRO needs the language-model policy and its tokenizer (ctx.policy, ctx.tokenizer); "
+        if ctx.tokenizer is None or ctx.sequence_logprobs is None:
+            raise ValueError("DRO needs the language-model policy and its tokenizer (ctx.sequence_logprobs, ctx.tokenizer); "
                              "it cannot run on the simulated world")
         tok = ctx.tokenizer
         eos = tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
         contexts, answers, owner = [], [], []
         plans: list[tuple[list[int], list[int | None], list[int]] | None] = []
         for gi, g in enumerate(groups):
@@ -254,7 +226,7 @@ class DROProcessor(Processor):
                 answers.append(y_ids)
                 owner.append(gi)
             plans.append((ks, starts, y_ids))
-        ells = teacher_forced_logprobs(ctx.policy, contexts, answers, pad, self.token_budget) if contexts else []
+        ells = ctx.sequence_logprobs(contexts, answers, token_budget=self.token_budget) if contexts else []
         rows: dict[int, list[np.ndarray]] = {}
         for gi, e in zip(owner, ells):
             rows.setdefault(gi, []).append(e)

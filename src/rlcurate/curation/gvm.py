@@ -4,7 +4,7 @@ Each step has two stages (the paper's E-step and allocation, run online at every
 
 1. *Pilot*: N' rollouts per selected prompt (``pilot``; the paper uses 8, here 4 by default). From
    them p_i = accepted / N' and G_i = the mean gradient norm of the *accepted* pilot responses,
-   ||grad_{embed_tokens} (-sum_t log pi(y_t | x, y_<t))||_2 (:func:`lm_grad_norms`, through
+   ||grad_{embed_tokens} (-sum_t log pi(y_t | x, y_<t))||_2 (:func:`rlcurate.policy.scoring.grad_norms`, through
    ``ctx.grad_norms``; the simulated world supplies its exact score norms).
 2. *Allocation*: n_i proportional to s_i = G_i / sqrt(p_i + alpha / p_i^(beta - 1)) with
    alpha = 1e-3, beta = 2 (:func:`rlcurate.stats.gvm_allocation`), rounded to integers that sum to the
@@ -32,44 +32,9 @@ from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContex
 from rlcurate.curation.registry import register
 from rlcurate.stats.allocation import gvm_allocation, round_preserving_sum
 
-__all__ = ["GvmSampler", "lm_grad_norms", "gvm"]
+__all__ = ["GvmSampler", "gvm"]
 
 log = logging.getLogger(__name__)
-
-
-def lm_grad_norms(model, prompt_ids: Sequence[int], completions, temperature: float = 1.0,
-                  param_filter: str = "embed_tokens") -> np.ndarray:
-    """GVM's G: for each completion y of the prompt x, the norm
-    ||grad_theta_E (-sum_t log pi(y_t | x, y_<t))||_2 over the parameters whose name contains
-    ``param_filter`` (GVM's ``act_params="embed_tokens"``): the sequence-summed log-probability, no
-    length normalisation (chapter 3). With tied embeddings (the tiny model, small Qwen2.5 models) the
-    embedding matrix is also the output layer, and its gradient holds both uses, as in GVM's code.
-
-    ``completions`` are :class:`rlcurate.rollout.Completion` objects (their ``token_ids``) or lists of
-    token ids; an empty completion has norm 0. The model's ``.grad`` fields are left untouched.
-    """
-    import torch
-
-    params = [p for name, p in model.named_parameters() if param_filter in name]
-    if not params:
-        raise ValueError(f"the model has no parameter whose name contains {param_filter!r}")
-    device = params[0].device
-    prompt_ids = [int(t) for t in prompt_ids]
-    if not prompt_ids:
-        raise ValueError("prompt_ids must hold at least one token")
-    out = np.zeros(len(completions))
-    for k, comp in enumerate(completions):
-        ids = [int(t) for t in (comp.token_ids if hasattr(comp, "token_ids") else comp)]
-        if not ids:
-            continue
-        x = torch.tensor([prompt_ids + ids], dtype=torch.long, device=device)
-        with torch.enable_grad():
-            logits = model(input_ids=x, use_cache=False).logits[0, len(prompt_ids) - 1:-1].float()
-            logp = torch.log_softmax(logits / temperature, dim=-1)
-            nll = -logp.gather(1, x[0, len(prompt_ids):, None]).sum()
-            grads = torch.autograd.grad(nll, params, allow_unused=True)
-        out[k] = float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads if g is not None)))
-    return out
 
 
 class GvmSampler(Sampler):

@@ -36,6 +36,7 @@ import numpy as np
 
 from rlcurate.curation.base import Curator, Sampler, Selector, StepContext
 from rlcurate.curation.registry import register
+from rlcurate.seeding import stream
 from rlcurate.errors import UserError
 
 __all__ = ["PrefilterSelector", "prefilter", "read_audit_rows", "read_audit_uids"]
@@ -120,7 +121,7 @@ class PrefilterSelector(Selector):
     def _universe(self) -> list[int]:
         if self.audit_prompts is None or self.audit_prompts >= self.n_items:
             return list(range(self.n_items))
-        pick = np.random.default_rng([self.seed, 7]).choice(self.n_items, size=self.audit_prompts, replace=False)
+        pick = stream("prefilter_pick", self.seed).choice(self.n_items, size=self.audit_prompts, replace=False)
         return sorted(int(i) for i in pick)
 
     def _initial(self, ctx: StepContext) -> None:
@@ -166,7 +167,7 @@ class PrefilterSelector(Selector):
         kept = set(self.kept or [])
         dropped = [i for i in self.universe if i not in kept]
         if self.reaudit_fresh is not None and self.reaudit_fresh < len(dropped):
-            rng = np.random.default_rng([self.seed, ctx.step, 11])
+            rng = stream("prefilter_step", self.seed, ctx.step)
             dropped = sorted(int(i) for i in rng.choice(dropped, size=self.reaudit_fresh, replace=False))
         audit = sorted(kept) + dropped
         mixed = self._audit(ctx, audit)
@@ -187,7 +188,7 @@ class PrefilterSelector(Selector):
     # ------------------------------------------------------------------ selection
     def _epoch_order(self) -> np.ndarray:
         kept = np.asarray(self.kept, dtype=np.int64)
-        return kept[np.random.default_rng([self.seed, self.epoch, 5]).permutation(kept.size)]
+        return kept[stream("prefilter_epoch", self.seed, self.epoch).permutation(kept.size)]
 
     def draw(self, k: int) -> list[int]:
         if self.kept is None:

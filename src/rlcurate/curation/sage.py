@@ -234,8 +234,6 @@ class HintSource:
         return {int(i): self._cache[int(i)] for i in indices}
 
     def _self_hints(self, ctx: StepContext, indices: list[int]) -> dict[int, dict[int, str]]:
-        from rlcurate.rollout.base import SamplingParams
-
         if ctx.tokenizer is None:
             raise ValueError("self-hinting needs a tokenizer; this task has no hint() method")
         out: dict[int, dict[int, str]] = {}
@@ -244,24 +242,17 @@ class HintSource:
             if i not in with_solution:
                 out[i] = {lv: "" for lv in range(1, self.max_level + 1)}
         prompts = {i: render_hint_request(ctx.tokenizer, ctx.problems[i]) for i in with_solution}
-        params = SamplingParams(temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p,
-                                max_new_tokens=self.max_new_tokens)
         remaining = list(with_solution)
         self.requests += len(remaining)
         for _ in range(self.max_retries):
             if not remaining:
                 break
-            t0 = time.perf_counter()
-            res = ctx.engine.generate([prompts[i] for i in remaining], 1, params, seed=ctx.next_seed())
-            ctx.counters.generate_seconds += time.perf_counter() - t0
-            ctx.counters.generate_calls += 1
+            written = ctx.generate_text([prompts[i] for i in remaining], self.max_new_tokens)
             self.attempts += 1
             still = []
-            for i, comps in zip(remaining, res):
-                n_tok = sum(len(c.token_ids) for c in comps)
-                ctx.counters.generated_tokens += n_tok
-                self.tokens[i] = self.tokens.get(i, 0) + n_tok
-                parsed = parse_hint_payload(comps[0].text if comps else "", self.max_level)
+            for i, comp in zip(remaining, written):
+                self.tokens[i] = self.tokens.get(i, 0) + (len(comp.token_ids) if comp is not None else 0)
+                parsed = parse_hint_payload(comp.text if comp is not None else "", self.max_level)
                 if parsed is None:
                     still.append(i)
                 else:

@@ -84,7 +84,7 @@ class PromptSelection:
         strategy: a strategy name, a :class:`Selector` or a prompt-level :class:`Curator`.
         n_items: size of the training pool (the dataset).
         group_size: completions per prompt (INSIGHT's K defaults to it).
-        seed: seeds every selection round: round r uses ``numpy.random.default_rng([seed, r, 17])``,
+        seed: seeds every selection round: round r uses the stream ``curator`` of round r (:mod:`rlcurate.seeding`),
             the generator rlcurate's trainer uses at step r.
         uids: one stable id per pool item (the prefilter matches an audit file's uids against them);
             default ``str(position)``.
@@ -110,13 +110,13 @@ class PromptSelection:
 
     # ------------------------------------------------------------------ the two calls
     def context(self, step: int, k: int) -> StepContext:
-        return StepContext(step=step, seed=self.seed, problems=self.problems, task=None, tokenizer=None,
-                           engine=_Engine(), sampling=None, group_size=self.group_size, prompts_per_step=k)
+        return StepContext(step=step, seed=self.seed, problems=self.problems, task=None, engine=_Engine(),
+                           group_size=self.group_size, prompts_per_step=k)
 
     def select(self, k: int) -> list[int]:
         """The next ``k`` prompts (pool positions) by the strategy, given every reward observed so far."""
         ctx = self.context(self.rounds, k)
-        ctx.selector = self.selector
+        ctx._more_prompts = self.selector.draw
         chosen = [int(i) for i in self.selector.select(ctx, int(k))]
         self.history.append({"round": self.rounds, "observed": self.observed, "indices": chosen})
         self.rounds += 1

@@ -5,8 +5,10 @@
 world's softmax policy at parameters ``theta``. A curation strategy therefore runs unchanged on the
 simulated world (thousands of steps in seconds, exact pass rates) and on a real model.
 
-:class:`SimTrainer` is the matching training loop: the trainer's steps, with the language-model loss
-replaced by the exact score function of the world, grad log pi(a | x) = phi_{x,a} - phi_bar_x.
+:class:`SimPolicy` is the world's softmax policy as a :class:`~rlcurate.policy.base.Policy`: it samples
+with the engine and updates ``theta`` with the exact score function of the world,
+grad log pi(a | x) = phi_{x,a} - phi_bar_x. :class:`SimTrainer` runs the same step as the language-model
+trainer (:func:`rlcurate.curation.step.run_step`) with it.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlcurate.curation.base import Curator, Group, StepContext
+from rlcurate.curation.step import run_step
 from rlcurate.rollout.base import Completion, RolloutEngine
 from rlcurate.sim.world import SoftmaxWorld
 from rlcurate.tasks.base import Problem, Reward, Task
 
-__all__ = ["SimTask", "SimEngine", "SimTrainer", "SimRunResult"]
+__all__ = ["SimTask", "SimEngine", "SimPolicy", "SimTrainer", "SimRunResult"]
 
 
 class SimTask(Task):
@@ -103,15 +106,54 @@ class SimRunResult:
         return np.array([r[key] for r in self.records])
 
 
-class SimTrainer:
-    """Train the world's policy with a curation strategy (chapters 5-10).
+class SimPolicy:
+    """The world's softmax policy at parameters ``theta`` (:class:`~rlcurate.policy.base.Policy`).
 
-    Each step follows the trainer: ``select`` -> ``rollout`` -> ``process`` -> advantages -> update ->
-    ``observe``. The update is plain gradient ascent ``theta += lr * g`` with the token-mean estimator
-    g = sum_j A_j w_j grad log pi(a_j | x_j) / (number of rollouts trained), which is exact policy
-    gradient machinery on a one-token "completion". Held-out quality is the exact mean pass rate of the
-    test prompts (no sampling noise).
+    :meth:`update` is plain gradient ascent ``theta += lr * g`` with the token-mean estimator
+    g = sum_j A_j w_j grad log pi(a_j | x_j) / (number of rollouts trained), exact policy-gradient
+    machinery on a one-token "completion" (w_j: the mean of the completion's token weights).
     """
+
+    tokenizer = None
+
+    def __init__(self, world: SoftmaxWorld, theta: np.ndarray, lr: float = 0.5):
+        self.world = world
+        self.theta = np.array(theta, dtype=float)
+        self.lr = float(lr)
+        self.engine = SimEngine(world, self.theta)
+
+    def generate(self, prompts, n, params, seed):
+        self.engine.theta = self.theta
+        return self.engine.generate(prompts, n, params, seed=seed)
+
+    def grad_norms(self, group: Group) -> np.ndarray:
+        """||grad log pi(a | x)|| for each completion of ``group`` (GVM's G_i, chapter 3), exact."""
+        if not group.size:
+            return np.zeros(0)
+        idx = np.full(group.size, group.problem.meta["prompt"])
+        actions = [c.token_ids[0] for c in group.completions]
+        return np.linalg.norm(self.world.score(self.theta, idx, actions, group.hint_level), axis=1)
+
+    def update(self, groups, advantages) -> dict[str, Any]:
+        prompt, action, level, coef = [], [], [], []
+        for g, adv in zip(groups, advantages):
+            world_idx = g.problem.meta["prompt"]
+            for k, comp in enumerate(g.completions):
+                tw = 1.0 if g.token_weights is None else float(np.asarray(g.token_weights[k]).mean())
+                prompt.append(world_idx)
+                action.append(comp.token_ids[0])
+                level.append(g.hint_level)
+                coef.append(adv[k] * tw)
+        if prompt:
+            scores = self.world.score(self.theta, prompt, action, level)
+            self.theta = self.theta + self.lr * (np.asarray(coef) @ scores / len(prompt))
+        return {"trained_samples": len(prompt)}
+
+
+class SimTrainer:
+    """Train the world's policy with a curation strategy (chapters 5-10): :func:`run_step` with a
+    :class:`SimPolicy`, held-out quality the exact mean pass rate of the test prompts (no sampling
+    noise)."""
 
     def __init__(self, world: SoftmaxWorld, curator: Curator, *, prompts_per_step: int = 32,
                  group_size: int = 8, lr: float = 0.5, advantage: str = "grpo", adv_eps: float = 1e-6,
@@ -124,57 +166,41 @@ class SimTrainer:
         self.train_problems = self.task.problems("train")
         self.test_ids = self.task.prompt_ids("test")
         self.curator.bind(len(self.train_problems), seed)
-        self.theta = world.init_theta() if theta is None else np.array(theta, dtype=float)
-        self.engine = SimEngine(world, self.theta)
+        self.policy = SimPolicy(world, world.init_theta() if theta is None else theta, lr)
         self.sampling = SamplingParams(max_new_tokens=1)
-        self.B, self.n, self.lr = prompts_per_step, group_size, lr
+        self.B, self.n = prompts_per_step, group_size
         self.advantage, self.adv_eps, self.seed = advantage, adv_eps, seed
         self.step = 0
         self.rollouts = 0
 
-    def grad_norms(self, group: Group) -> np.ndarray:
-        """||grad log pi(a | x)|| for each completion of ``group`` (GVM's G_i, chapter 3), exact."""
-        if not group.size:
-            return np.zeros(0)
-        idx = np.full(group.size, group.problem.meta["prompt"])
-        actions = [c.token_ids[0] for c in group.completions]
-        return np.linalg.norm(self.world.score(self.theta, idx, actions, group.hint_level), axis=1)
+    @property
+    def theta(self) -> np.ndarray:
+        return self.policy.theta
+
+    @theta.setter
+    def theta(self, value) -> None:
+        self.policy.theta = np.array(value, dtype=float)
+
+    @property
+    def lr(self) -> float:
+        return self.policy.lr
 
     def held_out(self) -> float:
         """Mean pass rate of the held-out prompts, exact."""
         return float(self.world.pass_rates(self.theta, self.test_ids).mean())
 
-    def train_step(self) -> dict[str, Any]:
-        from rlcurate.train.trainer import group_advantages
+    def context(self) -> StepContext:
+        return StepContext(step=self.step, seed=self.seed, problems=self.train_problems, task=self.task,
+                           group_size=self.n, prompts_per_step=self.B, policy=self.policy, sampling=self.sampling)
 
-        self.engine.theta = self.theta
-        ctx = StepContext(step=self.step, seed=self.seed, problems=self.train_problems, task=self.task,
-                          tokenizer=None, engine=self.engine, sampling=self.sampling, group_size=self.n,
-                          prompts_per_step=self.B, grad_norms=self.grad_norms)
-        indices = self.curator.select(ctx)
-        sampled = self.curator.rollout(ctx, indices)
-        groups = self.curator.process(ctx, sampled)
-        prompt, action, level, coef = [], [], [], []
-        for g in groups:
-            adv = group_advantages(g, self.advantage, self.adv_eps)
-            world_idx = g.problem.meta["prompt"]
-            for k, comp in enumerate(g.completions):
-                tw = 1.0 if g.token_weights is None else float(np.asarray(g.token_weights[k]).mean())
-                prompt.append(world_idx)
-                action.append(comp.token_ids[0])
-                level.append(g.hint_level)
-                coef.append(adv[k] * tw)
-        if prompt:
-            scores = self.world.score(self.theta, prompt, action, level)
-            grad = np.asarray(coef) @ scores / len(prompt)
-            self.theta = self.theta + self.lr * grad
-        self.curator.observe(ctx, groups)
+    def train_step(self) -> dict[str, Any]:
+        out = run_step(self.curator, self.context(), self.policy, self.advantage, self.adv_eps)
         self.step += 1
-        self.rollouts += ctx.counters.rollouts
-        nonempty = [g for g in sampled if g.size]
-        return {"step": self.step, "rollouts": ctx.counters.rollouts, "total_rollouts": self.rollouts,
-                "effective_prompt_ratio": float(np.mean([g.mixed for g in nonempty])) if nonempty else 0.0,
-                "trained_samples": len(prompt), "held_out": self.held_out(), **self.curator.metrics()}
+        self.rollouts += out.counters.rollouts
+        return {"step": self.step, "rollouts": out.counters.rollouts, "total_rollouts": self.rollouts,
+                "effective_prompt_ratio": out.group_metrics()["effective_prompt_ratio"],
+                "trained_samples": out.update["trained_samples"], "held_out": self.held_out(),
+                **self.curator.metrics()}
 
     def run(self, steps: int) -> SimRunResult:
         result = SimRunResult([{"step": 0, "rollouts": 0, "total_rollouts": 0, "held_out": self.held_out(),

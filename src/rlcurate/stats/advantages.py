@@ -33,7 +33,7 @@ import numpy as np
 from rlcurate._validate import as_finite
 
 __all__ = ["standardised", "centred", "rloo", "raft", "pool_standardised", "pool_advantages", "advantage_bound",
-           "ADVANTAGES", "group_advantages"]
+           "ADVANTAGES", "advantages_by_group"]
 
 
 def _rewards(r) -> np.ndarray:
@@ -142,7 +142,7 @@ ADVANTAGES = {"standardised": standardised, "grpo": standardised, "centred": cen
               "drgrpo": centred, "rloo": rloo, "raft": raft}
 
 
-def group_advantages(groups: Iterable[Sequence[float]], kind: str = "grpo", **kwargs) -> list[np.ndarray]:
+def advantages_by_group(groups: Iterable[Sequence[float]], kind: str = "grpo", **kwargs) -> list[np.ndarray]:
     """Apply one advantage rule to each group of a (possibly ragged) batch."""
     if kind not in ADVANTAGES:
         raise ValueError(f"kind must be one of {sorted(ADVANTAGES)}, got {kind!r}")

@@ -24,6 +24,7 @@ from scipy import optimize, special
 from scipy import stats as _sps
 
 from rlcurate._validate import as_finite, as_int, as_int_array, as_probability, scalar_or_array
+from rlcurate.stats.gate import OUTCOMES, group_outcome
 
 __all__ = [
     "as_score_rows",
@@ -45,7 +46,7 @@ __all__ = [
     "recipe_multiplier_rule",
 ]
 
-CATEGORIES = ("always_right", "always_wrong", "mixed")
+CATEGORIES = OUTCOMES
 
 
 def as_score_rows(scores) -> list[np.ndarray]:
@@ -82,21 +83,13 @@ def sample_metrics(scores) -> dict[str, np.ndarray]:
 
 
 def categorize(scores, success: float = 1.0) -> np.ndarray:
-    """Category of each sample: ``mixed`` when its scores are not all equal, else ``always_right``
-    when the constant score is >= ``success`` and ``always_wrong`` otherwise (chapter 4).
+    """Category of each sample (:func:`rlcurate.stats.gate.group_outcome` of its scores): ``mixed``
+    when its scores are not all equal, else ``always_right`` when the constant score is >=
+    ``success`` and ``always_wrong`` otherwise (chapter 4).
 
     Only ``mixed`` samples give a group-relative method a non-zero update, whatever their mean.
     """
-    rows = as_score_rows(scores)
-    out = []
-    for r in rows:
-        if r.max() > r.min():
-            out.append("mixed")
-        elif r[0] >= success:
-            out.append("always_right")
-        else:
-            out.append("always_wrong")
-    return np.array(out)
+    return np.array([group_outcome(r, success) for r in as_score_rows(scores)])
 
 
 def category_counts(scores, success: float = 1.0) -> dict[str, int]:

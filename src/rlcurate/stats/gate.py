@@ -25,7 +25,16 @@ __all__ = [
     "expected_advantage_energy",
     "effective_prompt_ratio",
     "is_mixed",
+    "OUTCOMES",
+    "group_outcome",
+    "outcome_shares",
 ]
+
+OUTCOMES = ("always_right", "always_wrong", "mixed")
+"""What a group of rewards is, for a group-relative method: ``mixed`` when its rewards are not all
+equal (the gate is open), else ``always_right`` when the common reward reaches the success threshold
+and ``always_wrong`` otherwise. The one definition the trainer, the simulated world, the evaluation
+and the audit share (chapters 1, 4, 5)."""
 
 
 def gate_open_prob(p, G):
@@ -70,6 +79,24 @@ def is_mixed(rewards, tol: float = 0.0) -> bool:
     return bool(r.max() - r.min() > tol)
 
 
+def group_outcome(rewards, success: float = 1.0) -> str:
+    """The :data:`OUTCOMES` entry of one group of rewards: ``mixed`` (max > min), else
+    ``always_right`` (the common reward >= ``success``) or ``always_wrong``. A group of one reward is
+    never mixed."""
+    r = _group(rewards)
+    if r.max() > r.min():
+        return "mixed"
+    return "always_right" if r[0] >= success else "always_wrong"
+
+
+def outcome_shares(groups: Iterable[Sequence[float]], success: float = 1.0) -> dict[str, float]:
+    """The share of each of :data:`OUTCOMES` among the non-empty ``groups`` (all 0 when there are
+    none); ``shares["mixed"]`` is the effective-prompt ratio the trainer logs (chapters 1, 5)."""
+    outcomes = [group_outcome(g, success) for g in groups if np.size(g)]
+    n = len(outcomes)
+    return {o: (sum(x == o for x in outcomes) / n if n else 0.0) for o in OUTCOMES}
+
+
 def advantage_energy(rewards, kind: str = "centred", eps: float = 1e-6, ddof: int = 0) -> float:
     """The advantage energy E = (1/G) sum_i A_i^2 of one group of rewards (chapter 1).
 
@@ -111,7 +138,8 @@ def expected_advantage_energy(p, G, kind: str = "centred", eps: float = 1e-6, dd
 
 
 def effective_prompt_ratio(groups: Iterable[Sequence[float]], tol: float = 0.0) -> float:
-    """The share of groups whose rewards are not all equal (chapter 1; logged by the trainer).
+    """The share of groups whose rewards are not all equal (chapter 1); with ``tol = 0`` it is
+    ``outcome_shares(groups)["mixed"]``, which the trainer logs.
 
     ``groups`` is any iterable of reward sequences; they may have different lengths. A group of one
     reward is never mixed.

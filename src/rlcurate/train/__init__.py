@@ -7,11 +7,11 @@ loss are imported on first use.
 
 from rlcurate.train.config import TrainConfig, field_docs
 
-_LAZY = {"Trainer": "trainer", "MetricsLog": "trainer", "group_advantages": "trainer", "TrainSample": "loss",
+_LAZY = {"Trainer": "trainer", "MetricsLog": "trainer", "LMPolicy": "policy", "TrainSample": "loss",
          "aggregation_coefficients": "loss", "forward_logprobs": "loss", "policy_loss": "loss"}
 
 __all__ = ["TrainConfig", "Trainer", "MetricsLog", "TrainSample", "aggregation_coefficients",
-           "forward_logprobs", "policy_loss", "group_advantages", "field_docs"]
+           "forward_logprobs", "policy_loss", "LMPolicy", "field_docs"]
 
 
 def __getattr__(name):

@@ -36,32 +36,16 @@ exact: each micro-batch adds its share of one global sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from rlcurate.policy.batching import TrainSample, plan_micro_batches
+from rlcurate.policy.scoring import forward_logprobs
 
 __all__ = ["TrainSample", "aggregation_coefficients", "forward_logprobs", "policy_loss",
-           "plan_micro_batches"]
-
-
-@dataclass
-class TrainSample:
-    """One completion to train on."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float
-    token_weights: np.ndarray | None = None
-    old_logprobs: torch.Tensor | None = None
-    ref_logprobs: torch.Tensor | None = None
-    coef: torch.Tensor | None = None  # kappa_t per token, set by aggregation_coefficients
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
+           "plan_micro_batches"]  # the first, third and last live in rlcurate.policy
 
 
 def aggregation_coefficients(samples: Sequence[TrainSample], mode: str, max_new_tokens: int,
@@ -84,172 +68,6 @@ def aggregation_coefficients(samples: Sequence[TrainSample], mode: str, max_new_
         else:
             raise ValueError(f"loss_agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm, got {mode!r}")
         s.coef = torch.full((L,), c, dtype=torch.float32)
-
-
-def plan_micro_batches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
-    """Group sample indices so that (rows x longest row) <= ``token_budget`` per micro-batch; samples
-    are taken longest first so that padding stays small, and the samples of one prompt (a GRPO group)
-    stay next to each other so that :func:`forward_logprobs` can encode their prompt once. A sample
-    longer than the budget gets its own micro-batch. With distinct prompts the order is simply longest
-    first, ties by index."""
-    group_len: dict[tuple, int] = {}
-    group_first: dict[tuple, int] = {}
-    for i, s in enumerate(samples):
-        key = tuple(s.prompt_ids)
-        group_len[key] = max(group_len.get(key, 0), s.length)
-        group_first.setdefault(key, i)
-
-    def order_key(i):
-        key = tuple(samples[i].prompt_ids)
-        return (-group_len[key], group_first[key], -samples[i].length, i)
-
-    order = sorted(range(len(samples)), key=order_key)
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        L = samples[i].length
-        if current and max(longest, L) * (len(current) + 1) > token_budget:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, L)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
-                     with_entropy: bool = False, share_prompts: bool = True):
-    """Log-probabilities of each sample's completion tokens under ``model`` at ``temperature``.
-
-    Sequences are left-padded so that every completion ends at the last position. The last token of
-    every row is left out of the input: its logits would predict nothing and no later token attends
-    to its key and value, so dropping it changes no number (up to float rounding between batch
-    shapes) and saves 1 / (longest completion) of the completion positions. Only the logits of the
-    last Lc input positions are computed (``logits_to_keep``), which matters for 150k-token
-    vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where row r's
-    completion occupies the last len_r columns.
-
-    With ``share_prompts`` (the default), when several samples have the same prompt (the G completions
-    of a GRPO group), each distinct prompt is encoded once and its key-value cache is shared by its
-    samples (:func:`_forward_logprobs_shared`): the same numbers up to float rounding, the same
-    gradients (they flow back through the shared cache), and G - 1 fewer copies of every prompt in the
-    forward and backward pass.
-    """
-    if share_prompts and _can_share_prompts(model, samples):
-        return _forward_logprobs_shared(model, samples, temperature, pad_id, with_entropy)
-    device = next(model.parameters()).device
-    seqs = [s.prompt_ids + s.completion_ids for s in samples]
-    T = max(len(x) for x in seqs)
-    Lc = max(len(s.completion_ids) for s in samples)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), T), dtype=torch.long)
-    comp_mask = torch.zeros((len(seqs), Lc), dtype=torch.bool)
-    for r, (x, s) in enumerate(zip(seqs, samples)):
-        ids[r, T - len(x):] = torch.tensor(x)
-        attn[r, T - len(x):] = 1
-        comp_mask[r, Lc - len(s.completion_ids):] = True
-    ids, attn, comp_mask = ids.to(device), attn.to(device), comp_mask.to(device)
-    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
-    # input position T - 1 - Lc + c predicts token T - Lc + c; every row's last token is no input
-    out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=position_ids[:, :-1],
-                logits_to_keep=Lc, use_cache=False)
-    logits = out.logits.float() / temperature  # predicts the last Lc tokens
-    targets = ids[:, T - Lc:]
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, comp_mask, entropy
-
-
-def _can_share_prompts(model, samples: Sequence[TrainSample]) -> bool:
-    """Whether sharing prompt caches pays and is exact: some prompt repeats, and every layer is full
-    attention with a plain growing key-value cache (no sliding window, no recurrent or
-    linear-attention state)."""
-    keys = {tuple(s.prompt_ids) for s in samples}
-    if len(keys) == len(samples) or min(len(k) for k in keys) < 1:
-        return False
-    cfg = getattr(model, "config", None)
-    layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
-    if set(layer_types) != {"full_attention"} or getattr(cfg, "is_encoder_decoder", False):
-        return False
-    sliding = getattr(cfg, "use_sliding_window", None)
-    return not (sliding or (sliding is None and getattr(cfg, "sliding_window", None)))
-
-
-def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
-                             with_entropy: bool):
-    """:func:`forward_logprobs` with each distinct prompt encoded once (chapter 5).
-
-    1. The distinct prompts, left-padded to a common length P, go through the model once. The logits
-       at their last position predict each sample's first completion token; their key-value cache is
-       indexed out to one row per sample (an indexing operation, so the gradients of every sample flow
-       back into the shared prompt).
-    2. The completions, left-padded to Lc, go through the model on top of that cache (left padding
-       in the middle of a row is masked out; positions continue from each prompt's length), all but
-       the last column, whose logits would predict nothing. The logits at block column c - 1 predict
-       the token at column c, except at a row's first token, which takes the prompt's logits.
-       Completions end at the last column, as in the unshared layout.
-    """
-    device = next(model.parameters()).device
-    keys = [tuple(s.prompt_ids) for s in samples]
-    uniq = list(dict.fromkeys(keys))
-    slot = {k: u for u, k in enumerate(uniq)}
-    P = max(len(k) for k in uniq)
-    pre_ids = torch.full((len(uniq), P), pad_id, dtype=torch.long)
-    pre_attn = torch.zeros((len(uniq), P), dtype=torch.long)
-    for u, k in enumerate(uniq):
-        pre_ids[u, P - len(k):] = torch.tensor(k)
-        pre_attn[u, P - len(k):] = 1
-    lengths = torch.tensor([len(s.completion_ids) for s in samples], dtype=torch.long)
-    Lc = int(lengths.max())
-    ids = torch.full((len(samples), Lc), pad_id, dtype=torch.long)
-    for r, s in enumerate(samples):
-        ids[r, Lc - len(s.completion_ids):] = torch.tensor(s.completion_ids)
-    cols = torch.arange(Lc)
-    comp_mask = cols[None, :] >= (Lc - lengths)[:, None]
-    first = cols[None, :] == (Lc - lengths)[:, None]  # each row's first completion token
-    expand = torch.tensor([slot[k] for k in keys], dtype=torch.long)
-    pre_ids, pre_attn, ids, comp_mask, first, expand = (
-        t.to(device) for t in (pre_ids, pre_attn, ids, comp_mask, first, expand))
-
-    pre_pos = (pre_attn.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True,
-                logits_to_keep=1)
-    cache = out.past_key_values
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
-        # not a plain growing cache (a model with its own cache type): use the unshared layout
-        return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
-    prompt_logits = out.logits[:, -1, :][expand]  # [b, V]: predicts each row's first token
-    # log-probabilities at [b, Lc] from two sources, never concatenating the [b, Lc, V] logits:
-    # the prompt's last position predicts column Lc - len_r (the row's first token), block column c - 1
-    # predicts column c for every later token
-    lp_first_all = F.log_softmax(prompt_logits.float() / temperature, dim=-1)  # [b, V]
-    first_tok = (ids * first).sum(-1)  # [b]
-    lp_first = lp_first_all.gather(-1, first_tok[:, None]).squeeze(-1)  # [b]
-    if Lc > 1:
-        cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
-        attn = torch.cat([pre_attn[expand], comp_mask[:, :-1].long()], dim=1)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
-        out = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
-                    use_cache=True)
-        lp_block_all = F.log_softmax(out.logits.float() / temperature, dim=-1)  # [b, Lc - 1, V]
-    else:  # one-token completions: the prompt pass predicts them all, the block is empty
-        lp_block_all = lp_first_all.new_empty((len(samples), 0, lp_first_all.shape[-1]))
-    lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
-    logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            ent_first = -(lp_first_all.exp() * lp_first_all).sum(-1)
-            ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
-            entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
-    return logp, comp_mask, entropy
 
 
 def _pad_right_aligned(values: Sequence[torch.Tensor], Lc: int, device) -> torch.Tensor:

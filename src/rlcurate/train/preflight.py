@@ -119,13 +119,12 @@ def check_out_dir(out_dir: str) -> None:
 
 def check_group_size(config: TrainConfig, curator) -> None:
     """Refuse ``group_size=1`` where every advantage would be 0: grpo, drgrpo and rloo compare a
-    rollout with the rest of its group. Only a sampler that keeps a pool baseline (``ada_seq_*``:
-    p_hat of all the rollouts it drew) gives one kept rollout a signal, with ``grpo`` or ``drgrpo``."""
+    rollout with the rest of its group. Only a sampler that keeps a pool baseline
+    (``Sampler.pool_baseline``; ``ada_seq_*``: p_hat of all the rollouts it drew) gives one kept rollout
+    a signal, with ``grpo`` or ``drgrpo``."""
     if config.group_size >= 2:
         return
-    from rlcurate.curation.ada import AdaSeqSampler
-
-    if isinstance(getattr(curator, "sampler", None), AdaSeqSampler) and config.advantage != "rloo":
+    if getattr(getattr(curator, "sampler", None), "pool_baseline", False) and config.advantage != "rloo":
         return
     raise UserError(f"group_size={config.group_size} with advantage={config.advantage} and strategy="
                     f"{config.strategy}: the advantage compares each rollout with the others of its group, so with "

@@ -1,13 +1,13 @@
 """The GRPO trainer (chapter 5, *The GRPO loop*). It reads top to bottom like the algorithm:
 
-    for each step:
+    for each step:                        rlcurate.curation.step.run_step, the same in every world
         1. select prompts                     curator.select
         2. sample rollouts, score them        curator.rollout   (the engine, the verifier)
         3. keep / downsample / reweight       curator.process
-        4. advantages                         rlcurate.stats.advantages (+ a pool baseline, weights)
-        5. loss and optimizer step            rlcurate.train.loss
+        4. advantages                         rlcurate.curation.base.group_advantages
+        5. loss and optimizer step            rlcurate.train.policy.LMPolicy.update
         6. update the curator's beliefs       curator.observe
-        7. log metrics; evaluate; checkpoint
+        7. log metrics; evaluate; checkpoint  here
 
 The trainer does not know which curation strategy runs. Compute is accounted at every step and
 cumulatively: rollouts and tokens generated (kept or not), tokens trained, generation and training
@@ -46,42 +46,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcurate.curation.base import Curator, Group, StepContext
+from rlcurate.curation.base import Curator, StepContext
+from rlcurate.curation.step import run_step
 from rlcurate.errors import UserError
-from rlcurate.stats.advantages import centred, pool_advantages, rloo, standardised
+from rlcurate.seeding import EVAL_SEED_OFFSET
+from rlcurate.stats.gate import outcome_shares
 from rlcurate.tasks.base import split_long_prompts
 from rlcurate.train.config import TrainConfig
-from rlcurate.train.loss import TrainSample, aggregation_coefficients, forward_logprobs, plan_micro_batches, policy_loss
+from rlcurate.train.policy import LMPolicy
 
 TIMING_PREFIX = "time/"  # metrics that depend on the machine, not on the algorithm
 log = logging.getLogger(__name__)
-
-
-def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
-    """Advantages of one group (chapter 5): ``grpo`` standardised, ``drgrpo`` centred on the group mean
-    or on the pool baseline p_hat a strategy supplies, ``rloo`` leave-one-out; times the group weight.
-
-    With a pool baseline (``baseline`` and ``pool_size`` set, Reinforce-Ada), ``grpo`` and ``drgrpo``
-    use :func:`rlcurate.stats.advantages.pool_advantages`: the pool's binarised mean and std, the std
-    floored at 1 / sqrt(N), so that |A| <= sqrt(N) times the weight for any rewards in [0, 1]
-    (:func:`~rlcurate.stats.advantages.advantage_bound`). A group of one rollout, or a pool of one,
-    gets A = 0; verl and TRL give a lone rollout mean 0 and std 1, i.e. A = r / (1 + eps).
-    """
-    r = group.rewards
-    if r.size == 0:
-        return r
-    pooled = group.baseline is not None and group.pool_size
-    if kind in ("grpo", "drgrpo") and pooled:
-        a = pool_advantages(r, group.baseline, group.pool_size, kind, eps)
-    elif kind == "grpo":
-        a = standardised(r, eps=eps, ddof=1)
-    elif kind == "drgrpo":
-        a = centred(r, baseline=group.baseline)
-    elif kind == "rloo":
-        a = rloo(r)
-    else:
-        raise ValueError(f"advantage must be grpo, drgrpo or rloo, got {kind!r}")
-    return a * group.weight
 
 
 class MetricsLog:
@@ -185,6 +160,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.policy = LMPolicy(self.model, tokenizer, self.engine, config, self.optimizer, self.scheduler,
+                               ref_model=self.ref_model, autocast=self.autocast)
 
         # ---------------------------------------------------------------- logs and resume
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
@@ -250,174 +227,38 @@ class Trainer:
     def context(self, step: int) -> StepContext:
         c = self.config
         return StepContext(step=step, seed=c.seed, problems=self.train_problems, task=self.task,
-                           tokenizer=self.tokenizer, engine=self.engine, sampling=self.sampling,
-                           group_size=c.group_size, prompts_per_step=c.prompts_per_step,
-                           policy=self.model, render=self._render, grad_norms=self._grad_norms)
-
-    def _grad_norms(self, group: Group) -> np.ndarray:
-        """GVM's per-completion gradient norms on the policy (chapter 3)."""
-        from rlcurate.curation.gvm import lm_grad_norms
-
-        return lm_grad_norms(self.model, self.engine.encode([group.prompt])[0], group.completions)
+                           group_size=c.group_size, prompts_per_step=c.prompts_per_step, policy=self.policy,
+                           sampling=self.sampling, render=self._render)
 
     def train_step(self, step: int) -> dict[str, Any]:
+        """One step (:func:`rlcurate.curation.step.run_step`) and its metrics record."""
         c = self.config
-        ctx = self.context(step)
-        t0 = time.perf_counter()
-        # 1-3. select, sample and curate
-        indices = self.curator.select(ctx)
-        with self.autocast():
-            sampled = self.curator.rollout(ctx, indices)
-        sampled, nonfinite = self._drop_nonfinite_rewards(ctx, sampled)
-        groups = self.curator.process(ctx, sampled)
-        t_gen = time.perf_counter()
-        # 4. advantages
-        samples: list[TrainSample] = []
-        n_tokens_total = 0
-        for g in groups:
-            adv = group_advantages(g, c.advantage, c.adv_eps)
-            prompt_ids = self.engine.encode([g.prompt])[0]
-            for k, comp in enumerate(g.completions):
-                if not comp.token_ids:
-                    continue
-                n_tokens_total += len(comp.token_ids)
-                tw = None if g.token_weights is None else np.asarray(g.token_weights[k], dtype=float)
-                samples.append(TrainSample(prompt_ids, list(comp.token_ids), float(adv[k]), tw))
-        n_seqs_total = len(samples)
-        aggregation_coefficients(samples, c.loss_agg, c.max_new_tokens, n_tokens_total, n_seqs_total)
-        # Samples with zero advantage add nothing to the policy-gradient term: skip their forward and
-        # backward unless a KL term needs them (they still count in the loss normaliser above).
-        active = samples if c.kl_coef > 0 else [s for s in samples if s.advantage != 0.0]
-        # 5. loss and optimizer step(s)
-        stats = self._update(active)
-        t_train = time.perf_counter()
-        # 6. curator update
-        self.curator.observe(ctx, groups)
-        # 7. metrics
-        rewards_sampled = np.concatenate([g.rewards for g in sampled if g.size] or [np.zeros(0)])
-        sampled_nonempty = [g for g in sampled if g.size]
-        trained_tokens = sum(len(s.completion_ids) for s in active) * c.update_epochs
-        counters = ctx.counters
+        self.policy.step = step
+        out = run_step(self.curator, self.context(step), self.policy, c.advantage, c.adv_eps)
+        update = dict(out.update)
+        counters = out.counters
         self.totals["rollouts"] += counters.rollouts
         self.totals["generated_tokens"] += counters.generated_tokens
-        self.totals["trained_tokens"] += trained_tokens
-        self.totals["trained_samples"] += len(active)
-        self.totals["time/generate"] += t_gen - t0
-        self.totals["time/train"] += t_train - t_gen
+        self.totals["trained_tokens"] += update["trained_tokens"]
+        self.totals["trained_samples"] += update["samples_nonzero_adv"]
+        self.totals["time/generate"] += out.sample_seconds
+        self.totals["time/train"] += out.train_seconds
         record = {
             "step": step + 1,
-            "reward_mean": float(rewards_sampled.mean()) if rewards_sampled.size else 0.0,
-            "effective_prompt_ratio": float(np.mean([g.mixed for g in sampled_nonempty])) if sampled_nonempty else 0.0,
-            "frac_all_right": float(np.mean([g.size > 0 and g.rewards.min() >= 1 for g in sampled_nonempty])) if sampled_nonempty else 0.0,
-            "frac_all_wrong": float(np.mean([g.size > 0 and g.rewards.max() <= 0 for g in sampled_nonempty])) if sampled_nonempty else 0.0,
-            "groups_trained": len(groups),
-            "groups_trained_mixed": int(sum(g.mixed for g in groups)),
-            "samples_trained": len(samples),
-            "samples_nonzero_adv": len(active),
+            **out.group_metrics(),
             "rollouts": counters.rollouts,
             "generated_tokens": counters.generated_tokens,
-            "trained_tokens": trained_tokens,
             "lr": float(self.scheduler.get_last_lr()[0]),
-            **stats,
+            **update,
             **self.curator.metrics(),
             **{f"total/{k}": v for k, v in self.totals.items() if not k.startswith(TIMING_PREFIX)},
-            "time/generate": t_gen - t0,
-            "time/train": t_train - t_gen,
+            "time/generate": out.sample_seconds,
+            "time/train": out.train_seconds,
             **{f"time/total_{k.split('/')[1]}": v for k, v in self.totals.items() if k.startswith(TIMING_PREFIX)},
         }
-        if nonfinite:
-            record["nonfinite_reward_rollouts"] = nonfinite
+        if out.nonfinite_rewards:
+            record["nonfinite_reward_rollouts"] = out.nonfinite_rewards
         return record
-
-    def _drop_nonfinite_rewards(self, ctx: StepContext, sampled: list[Group]) -> tuple[list[Group], int]:
-        """Leave out the groups holding a NaN or infinite reward (a broken verifier): they would turn
-        the advantages, the loss and then the weights into NaN. Returns the rest and the number of
-        such rollouts, which is logged."""
-        bad = [g for g in sampled if g.size and not np.isfinite(g.rewards).all()]
-        if not bad:
-            return sampled, 0
-        n = sum(int((~np.isfinite(g.rewards)).sum()) for g in bad)
-        log.warning("step %d: %d rollout(s) of %d prompt(s) got a non-finite reward from task %r (first: %s, "
-                    "reward %r); those groups are left out of this step", ctx.step + 1, n, len(bad),
-                    self.config.task, bad[0].problem.uid, next(float(r) for r in bad[0].rewards if not np.isfinite(r)))
-        ids = {id(g) for g in bad}
-        ctx.generated_groups[:] = [g for g in ctx.generated_groups if id(g) not in ids]
-        return [g for g in sampled if id(g) not in ids], n
-
-    def _update(self, samples: list[TrainSample]) -> dict[str, float]:
-        """Optimizer step(s) on ``samples``: ``update_epochs`` passes of ``minibatches`` steps each."""
-        c = self.config
-        out = {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "kl_ref": 0.0}
-        if not samples:  # every group was uniform: nothing to learn, but the schedule moves on
-            # No gradient at all, not a stale one: with every grad None the optimizer leaves the
-            # parameters (and Adam's moments) untouched; calling it keeps the scheduler's order.
-            self.optimizer.zero_grad(set_to_none=True)
-            self.optimizer.step()
-            self.scheduler.step()
-            return out
-        self.model.train()
-        needs_old = c.update_epochs > 1 or c.minibatches > 1
-        with torch.no_grad(), self.autocast():
-            for mb in plan_micro_batches(samples, c.micro_batch_tokens):
-                batch = [samples[i] for i in mb]
-                if needs_old:
-                    logp, mask, _ = forward_logprobs(self.model, batch, c.temperature, self.pad_id)
-                    for r, s in enumerate(batch):
-                        s.old_logprobs = logp[r, mask[r]].float().cpu()
-                if self.ref_model is not None:
-                    logp, mask, _ = forward_logprobs(self.ref_model, batch, c.temperature, self.pad_id)
-                    for r, s in enumerate(batch):
-                        s.ref_logprobs = logp[r, mask[r]].float().cpu()
-        # each minibatch's coefficients were set for the whole batch; a minibatch step rescales them
-        rng = np.random.default_rng([c.seed, self.step, 29])
-        tot = {"loss": 0.0, "entropy_sum": 0.0, "tokens": 0.0, "clipped_sum": 0.0, "approx_kl_sum": 0.0,
-               "kl_ref_sum": 0.0}
-        norms, skipped = [], 0
-        for epoch in range(c.update_epochs):
-            order = rng.permutation(len(samples)) if c.minibatches > 1 else np.arange(len(samples))
-            for chunk in np.array_split(order, c.minibatches):
-                if chunk.size == 0:
-                    continue
-                self.optimizer.zero_grad(set_to_none=True)
-                part = [samples[i] for i in chunk]
-                scale = c.minibatches  # each minibatch holds ~1/M of the batch's normaliser
-                for mb in plan_micro_batches(part, c.micro_batch_tokens):
-                    batch = [part[i] for i in mb]
-                    with self.autocast():
-                        logp, mask, ent = forward_logprobs(self.model, batch, c.temperature, self.pad_id,
-                                                           with_entropy=epoch == 0)
-                        loss, st = policy_loss(logp, mask, batch, c.clip_low, c.clip_high, c.kl_coef,
-                                               c.clip_ratio_c, c.log_ratio_clamp, c.kl_clamp)
-                    (loss * scale).backward()
-                    tot["loss"] += float(loss.detach())
-                    if ent is not None:
-                        tot["entropy_sum"] += float((ent * mask).sum())
-                    tot["tokens"] += st["tokens"]
-                    tot["clipped_sum"] += st["clipped_sum"]
-                    tot["approx_kl_sum"] += st["approx_kl_sum"]
-                    tot["kl_ref_sum"] += st.get("kl_ref_sum", 0.0)
-                if c.grad_clip > 0:
-                    norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-                else:
-                    norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in self.model.parameters()
-                                          if p.grad is not None))
-                norms.append(float(norm))
-                if not math.isfinite(norms[-1]):  # a NaN or infinite gradient would poison the weights
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                self.optimizer.step()
-        self.scheduler.step()
-        if skipped:
-            out["nonfinite_grad_steps"] = skipped
-            log.warning("step %d: %d optimizer step(s) skipped: the gradient norm was not finite",
-                        self.step + 1, skipped)
-        first_epoch_tokens = sum(len(s.completion_ids) for s in samples)
-        out.update(loss=tot["loss"] / c.update_epochs, grad_norm=float(np.mean(norms)),
-                   entropy=tot["entropy_sum"] / max(first_epoch_tokens, 1),
-                   clip_frac=tot["clipped_sum"] / max(tot["tokens"], 1),
-                   approx_kl=tot["approx_kl_sum"] / max(tot["tokens"], 1),
-                   kl_ref=tot["kl_ref_sum"] / max(tot["tokens"], 1))
-        return out
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
@@ -427,7 +268,7 @@ class Trainer:
         t0 = time.perf_counter()
         prompts = [self._render(p, None) for p in self.test_problems]
         with self.autocast():
-            out = self.engine.generate(prompts, c.eval_samples, self.eval_sampling, seed=c.seed + 1_000_003)
+            out = self.engine.generate(prompts, c.eval_samples, self.eval_sampling, seed=c.seed + EVAL_SEED_OFFSET)
         R = np.array([[self.task.reward(p, comp.text).value for comp in comps]
                       for p, comps in zip(self.test_problems, out)])
         self.totals["time/eval"] += time.perf_counter() - t0
@@ -436,13 +277,13 @@ class Trainer:
             log.warning("evaluation: %d sample(s) got a non-finite reward from task %r; counted as wrong",
                         nonfinite, self.config.task)
             R = np.where(np.isfinite(R), R, 0.0)
-        solved = (R >= 1).sum(axis=1)
+        shares = outcome_shares(R)
         extra = {"eval/nonfinite_rewards": nonfinite} if nonfinite else {}
         return {**extra, "eval/accuracy": float(R.mean()),
-                "eval/pass_at_k": float((solved > 0).mean()),
-                "eval/mixed": float(((solved > 0) & (solved < R.shape[1])).mean()),
-                "eval/all_right": float((solved == R.shape[1]).mean()),
-                "eval/all_wrong": float((solved == 0).mean())}
+                "eval/pass_at_k": float(((R >= 1).sum(axis=1) > 0).mean()),
+                "eval/mixed": shares["mixed"],
+                "eval/all_right": shares["always_right"],
+                "eval/all_wrong": shares["always_wrong"]}
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:

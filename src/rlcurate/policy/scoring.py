@@ -1,0 +1,208 @@
+"""Scoring token sequences with a causal language model (chapters 3, 5 and 8).
+
+Three questions a step asks of the model being trained, each answered in one place:
+
+- :func:`forward_logprobs`: log pi(a_t | x, a_<t) of every completion token (the loss, chapter 5);
+- :func:`sequence_logprobs`: the same for given continuations without gradients (DRO's
+  teacher-forced reference answer, chapter 8);
+- :func:`grad_norms`: ||grad log pi(y | x)|| per completion (GVM's G_i, chapter 3).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rlcurate.policy.batching import TrainSample, plan_micro_batches
+
+__all__ = ["forward_logprobs", "sequence_logprobs", "grad_norms"]
+
+
+def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
+                     with_entropy: bool = False, share_prompts: bool = True):
+    """Log-probabilities of each sample's completion tokens under ``model`` at ``temperature``.
+
+    Sequences are left-padded so that every completion ends at the last position. The last token of
+    every row is left out of the input: its logits would predict nothing and no later token attends
+    to its key and value, so dropping it changes no number (up to float rounding between batch
+    shapes) and saves 1 / (longest completion) of the completion positions. Only the logits of the
+    last Lc input positions are computed (``logits_to_keep``), which matters for 150k-token
+    vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where row r's
+    completion occupies the last len_r columns.
+
+    With ``share_prompts`` (the default), when several samples have the same prompt (the G completions
+    of a GRPO group), each distinct prompt is encoded once and its key-value cache is shared by its
+    samples (:func:`_forward_logprobs_shared`): the same numbers up to float rounding, the same
+    gradients (they flow back through the shared cache), and G - 1 fewer copies of every prompt in the
+    forward and backward pass.
+    """
+    if share_prompts and _can_share_prompts(model, samples):
+        return _forward_logprobs_shared(model, samples, temperature, pad_id, with_entropy)
+    device = next(model.parameters()).device
+    seqs = [s.prompt_ids + s.completion_ids for s in samples]
+    T = max(len(x) for x in seqs)
+    Lc = max(len(s.completion_ids) for s in samples)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), T), dtype=torch.long)
+    comp_mask = torch.zeros((len(seqs), Lc), dtype=torch.bool)
+    for r, (x, s) in enumerate(zip(seqs, samples)):
+        ids[r, T - len(x):] = torch.tensor(x)
+        attn[r, T - len(x):] = 1
+        comp_mask[r, Lc - len(s.completion_ids):] = True
+    ids, attn, comp_mask = ids.to(device), attn.to(device), comp_mask.to(device)
+    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+    # input position T - 1 - Lc + c predicts token T - Lc + c; every row's last token is no input
+    out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=position_ids[:, :-1],
+                logits_to_keep=Lc, use_cache=False)
+    logits = out.logits.float() / temperature  # predicts the last Lc tokens
+    targets = ids[:, T - Lc:]
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, comp_mask, entropy
+
+
+def _can_share_prompts(model, samples: Sequence[TrainSample]) -> bool:
+    """Whether sharing prompt caches pays and is exact: some prompt repeats, and every layer is full
+    attention with a plain growing key-value cache (no sliding window, no recurrent or
+    linear-attention state)."""
+    keys = {tuple(s.prompt_ids) for s in samples}
+    if len(keys) == len(samples) or min(len(k) for k in keys) < 1:
+        return False
+    cfg = getattr(model, "config", None)
+    layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
+    if set(layer_types) != {"full_attention"} or getattr(cfg, "is_encoder_decoder", False):
+        return False
+    sliding = getattr(cfg, "use_sliding_window", None)
+    return not (sliding or (sliding is None and getattr(cfg, "sliding_window", None)))
+
+
+def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
+                             with_entropy: bool):
+    """:func:`forward_logprobs` with each distinct prompt encoded once (chapter 5).
+
+    1. The distinct prompts, left-padded to a common length P, go through the model once. The logits
+       at their last position predict each sample's first completion token; their key-value cache is
+       indexed out to one row per sample (an indexing operation, so the gradients of every sample flow
+       back into the shared prompt).
+    2. The completions, left-padded to Lc, go through the model on top of that cache (left padding
+       in the middle of a row is masked out; positions continue from each prompt's length), all but
+       the last column, whose logits would predict nothing. The logits at block column c - 1 predict
+       the token at column c, except at a row's first token, which takes the prompt's logits.
+       Completions end at the last column, as in the unshared layout.
+    """
+    device = next(model.parameters()).device
+    keys = [tuple(s.prompt_ids) for s in samples]
+    uniq = list(dict.fromkeys(keys))
+    slot = {k: u for u, k in enumerate(uniq)}
+    P = max(len(k) for k in uniq)
+    pre_ids = torch.full((len(uniq), P), pad_id, dtype=torch.long)
+    pre_attn = torch.zeros((len(uniq), P), dtype=torch.long)
+    for u, k in enumerate(uniq):
+        pre_ids[u, P - len(k):] = torch.tensor(k)
+        pre_attn[u, P - len(k):] = 1
+    lengths = torch.tensor([len(s.completion_ids) for s in samples], dtype=torch.long)
+    Lc = int(lengths.max())
+    ids = torch.full((len(samples), Lc), pad_id, dtype=torch.long)
+    for r, s in enumerate(samples):
+        ids[r, Lc - len(s.completion_ids):] = torch.tensor(s.completion_ids)
+    cols = torch.arange(Lc)
+    comp_mask = cols[None, :] >= (Lc - lengths)[:, None]
+    first = cols[None, :] == (Lc - lengths)[:, None]  # each row's first completion token
+    expand = torch.tensor([slot[k] for k in keys], dtype=torch.long)
+    pre_ids, pre_attn, ids, comp_mask, first, expand = (
+        t.to(device) for t in (pre_ids, pre_attn, ids, comp_mask, first, expand))
+
+    pre_pos = (pre_attn.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True,
+                logits_to_keep=1)
+    cache = out.past_key_values
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+        # not a plain growing cache (a model with its own cache type): use the unshared layout
+        return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
+    prompt_logits = out.logits[:, -1, :][expand]  # [b, V]: predicts each row's first token
+    # log-probabilities at [b, Lc] from two sources, never concatenating the [b, Lc, V] logits:
+    # the prompt's last position predicts column Lc - len_r (the row's first token), block column c - 1
+    # predicts column c for every later token
+    lp_first_all = F.log_softmax(prompt_logits.float() / temperature, dim=-1)  # [b, V]
+    first_tok = (ids * first).sum(-1)  # [b]
+    lp_first = lp_first_all.gather(-1, first_tok[:, None]).squeeze(-1)  # [b]
+    if Lc > 1:
+        cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
+        attn = torch.cat([pre_attn[expand], comp_mask[:, :-1].long()], dim=1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
+        out = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                    use_cache=True)
+        lp_block_all = F.log_softmax(out.logits.float() / temperature, dim=-1)  # [b, Lc - 1, V]
+    else:  # one-token completions: the prompt pass predicts them all, the block is empty
+        lp_block_all = lp_first_all.new_empty((len(samples), 0, lp_first_all.shape[-1]))
+    lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
+    logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            ent_first = -(lp_first_all.exp() * lp_first_all).sum(-1)
+            ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
+            entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
+    return logp, comp_mask, entropy
+
+
+def sequence_logprobs(model, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                      pad_id: int, token_budget: int = 16384) -> list[np.ndarray]:
+    """log pi(y_j | context, y_<j) for each (context, continuation) pair, at temperature 1, without
+    gradients, batched under ``token_budget`` tokens (DRO's teacher-forced reference answer, chapter
+    8). The model is scored in eval mode and left in the mode it was in. One float64 array per pair."""
+    samples = [TrainSample(list(c), list(a), 0.0) for c, a in zip(contexts, continuations)]
+    out: list[np.ndarray | None] = [None] * len(samples)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for mb in plan_micro_batches(samples, token_budget):
+                batch = [samples[i] for i in mb]
+                logp, mask, _ = forward_logprobs(model, batch, 1.0, pad_id)
+                for r, i in enumerate(mb):
+                    out[i] = logp[r, mask[r]].double().cpu().numpy()
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
+def grad_norms(model, prompt_ids: Sequence[int], completions, temperature: float = 1.0,
+               param_filter: str = "embed_tokens") -> np.ndarray:
+    """GVM's G: for each completion y of the prompt x, the norm
+    ||grad_theta_E (-sum_t log pi(y_t | x, y_<t))||_2 over the parameters whose name contains
+    ``param_filter`` (GVM's ``act_params="embed_tokens"``): the sequence-summed log-probability, no
+    length normalisation (chapter 3). With tied embeddings (the tiny model, small Qwen2.5 models) the
+    embedding matrix is also the output layer, and its gradient holds both uses, as in GVM's code.
+
+    ``completions`` are :class:`rlcurate.rollout.Completion` objects (their ``token_ids``) or lists of
+    token ids; an empty completion has norm 0. The model's ``.grad`` fields are left untouched.
+    """
+    params = [p for name, p in model.named_parameters() if param_filter in name]
+    if not params:
+        raise ValueError(f"the model has no parameter whose name contains {param_filter!r}")
+    device = params[0].device
+    prompt_ids = [int(t) for t in prompt_ids]
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token")
+    out = np.zeros(len(completions))
+    for k, comp in enumerate(completions):
+        ids = [int(t) for t in (comp.token_ids if hasattr(comp, "token_ids") else comp)]
+        if not ids:
+            continue
+        x = torch.tensor([prompt_ids + ids], dtype=torch.long, device=device)
+        with torch.enable_grad():
+            logits = model(input_ids=x, use_cache=False).logits[0, len(prompt_ids) - 1:-1].float()
+            logp = torch.log_softmax(logits / temperature, dim=-1)
+            nll = -logp.gather(1, x[0, len(prompt_ids):, None]).sum()
+            grads = torch.autograd.grad(nll, params, allow_unused=True)
+        out[k] = float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads if g is not None)))
+    return out
