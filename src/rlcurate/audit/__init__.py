@@ -34,15 +34,8 @@ from rlcurate.audit.runner import (
     read_runs,
     run_audit,
 )
-from rlcurate.audit.summary import (
-    Audit,
-    beta_uniform_prob,
-    format_summary,
-    load_audit,
-    per_sample_rows,
-    summarize,
-    write_summary,
-)
+from rlcurate.audit.report import format_summary, per_sample_rows, write_summary
+from rlcurate.audit.summary import Audit, beta_uniform_prob, load_audit, summarize
 
 __all__ = [
     "Audit",

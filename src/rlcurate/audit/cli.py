@@ -76,7 +76,7 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
 def _summarize(parser: argparse.ArgumentParser, args: argparse.Namespace, folder: str, written: bool = False) -> int:
     """Write and print the summary of the audit in ``folder`` (exit status 0, or 2 naming what is wrong)."""
     from rlcurate.audit.config import AuditError
-    from rlcurate.audit.summary import format_summary, write_summary
+    from rlcurate.audit.report import format_summary, write_summary
 
     try:
         summary = write_summary(folder, extra_runs=args.extra_runs, plots=not args.no_plots, group_size=args.group_size)

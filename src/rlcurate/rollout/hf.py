@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-import numpy as np
 import torch
 from tqdm import tqdm
 

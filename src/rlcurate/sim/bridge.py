@@ -14,7 +14,7 @@ trainer (:func:`rlcurate.curation.step.run_step`) with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -17,13 +17,13 @@ extrapolates it to larger G. The share-only multiplier rule of the published rec
 
 from __future__ import annotations
 
-from typing import Sequence
+
 
 import numpy as np
 from scipy import optimize, special
 from scipy import stats as _sps
 
-from rlcurate._validate import as_finite, as_int, as_int_array, as_probability, scalar_or_array
+from rlcurate._validate import as_finite, as_int, as_int_array, as_probability
 from rlcurate.stats.gate import OUTCOMES, group_outcome
 
 __all__ = [
