@@ -142,6 +142,36 @@ def run_one(suite: dict[str, Any], name: str, seed: int, out: Path, scratch: Pat
     return result
 
 
+def replay_prefix(result: dict[str, Any] | str | Path, steps: int, scratch: str | Path,
+                  evaluate: bool = False) -> list[tuple[int, str, Any, Any]]:
+    """Re-run the first ``steps`` steps of a committed reference run with the code as it is now and
+    compare their metrics with the stored ones (issue #14: a refactor must not move the numbers).
+    Returns ``(step, key, stored, now)`` for every value that differs (machine timings left out); an
+    empty list means the prefix replays bit for bit. Without ``evaluate`` the held-out evaluations
+    are skipped (they draw from their own stream and do not change training)."""
+    from rlcurate.train import Trainer
+
+    if not isinstance(result, dict):
+        result = json.loads(Path(result).read_text())
+    data = {**result["config"], "out_dir": str(Path(scratch) / f"{result['run']}_s{result['seed']}"),
+            "steps": int(steps), "resume": False, "progress": False, "checkpoint_every": 0}
+    if not evaluate:
+        data["eval_every"] = 0
+    config = TrainConfig.from_dict(data, source=f"replay of {result['suite']}/{result['run']} seed {result['seed']}")
+    Trainer(config).run()
+    now = [json.loads(line) for line in (Path(config.out_dir) / "metrics.jsonl").read_text().splitlines()]
+    stored = {r["step"]: r for r in result["metrics"]}
+    diffs = []
+    for rec in now:
+        old = stored.get(rec["step"], {})
+        for key, value in _compact(rec).items():
+            if key.startswith("time/") or (not evaluate and key.startswith("eval/")) or key not in old:
+                continue
+            if old[key] != value:
+                diffs.append((rec["step"], key, old[key], value))
+    return diffs
+
+
 def load_results(out: str | Path) -> list[dict[str, Any]]:
     """All reference runs in a folder, sorted by run name and seed."""
     files = sorted(Path(out).glob("*_s*.json"))
@@ -169,6 +199,23 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
             raise UserError(f"{suite['_path']}: run {n!r} seed {s}: {exc}") from None
 
 
+def _replay(names: list[str], seeds: list[int], out: Path, scratch: Path, steps: int) -> int:
+    if steps < 1:
+        raise UserError(f"--replay must be a positive number of steps, got {steps}")
+    differing = 0
+    for n in names:
+        for s in seeds:
+            path = result_path(out, n, s)
+            if not path.exists():
+                print(f"{n} seed {s}: no stored result in {out}")
+                continue
+            diffs = replay_prefix(path, steps, scratch / "replay")
+            differing += bool(diffs)
+            first = f"; first: step {diffs[0][0]} {diffs[0][1]} {diffs[0][2]!r} -> {diffs[0][3]!r}" if diffs else ""
+            print(f"{n} seed {s}: {steps} steps, {len(diffs)} differing value(s){first}", flush=True)
+    return 1 if differing else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from rlcurate._help import ArgumentParser, HelpFormatter, plain, wrap
 
@@ -182,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", help="folder for the runs' checkpoints and logs (default runs/<suite>)")
     parser.add_argument("--force", action="store_true", help="recompute results that already exist")
     parser.add_argument("--list", action="store_true", help="print the (run, seed) pairs and their status")
+    parser.add_argument("--replay", type=int, metavar="STEPS",
+                        help="re-run the first STEPS steps of each stored result and report every metric that "
+                             "differs (the numbers of a refactor must not move)")
     args = parser.parse_args(argv)
     suite = load_suite(args.suite)  # a bad suite raises UserError: one line from rlcurate.cli.main
     names = list(suite["runs"]) if not args.only else [n.strip() for n in args.only.split(",")]
@@ -205,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in seeds:
                 print(f"{n:28s} seed {s}: {'done' if result_path(out, n, s).exists() else 'missing'}")
         return 0
+    if args.replay:
+        return _replay(names, seeds, out, scratch, args.replay)
     _check_runs(suite, todo, out, scratch, args.force)
     out.mkdir(parents=True, exist_ok=True)
     scratch.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,10 @@ class TrainConfig:
     """Keyword arguments of the strategy (its paper's defaults otherwise)."""
     seed: int = 0
     """Seeds selection, sampling and initialisation; the same seed gives the same run on CPU."""
+    order_offset: int = 0
+    """The curator's own streams (the order of the passes over the pool, a prefilter's draws) are seeded
+    with ``seed + order_offset``. Two uniform runs that differ only here are chapter 10's A/A control:
+    the same sampling and evaluation streams, an independent prompt order for every seed."""
 
     # ---------------------------------------------------------------- batch and rollouts
     steps: int = 100
@@ -63,6 +67,10 @@ class TrainConfig:
     """Longest completion in tokens."""
     gen_token_budget: int = 16384
     """Tokens (prompt + completion) per generation batch: bounds memory of the rollout engine."""
+    train_subset: str = ""
+    """A JSON-lines file whose lines name training prompts by ``uid`` (a filtered export of
+    ``rlcurate audit --split train``): training draws from those prompts only, the data preparation
+    of Reinforce-Ada (chapter 10's filtered-pool condition). Empty: the whole training split."""
     max_prompt_tokens: int = 4096
     """Prompts (chat template included) longer than this many tokens are left out of training and
     evaluation, with a count in the log and in ``summary.json`` (0: no limit)."""
@@ -118,6 +126,13 @@ class TrainConfig:
     # ---------------------------------------------------------------- evaluation and logging
     eval_every: int = 10
     """Held-out evaluation every this many steps (and at the start and the end); 0 disables."""
+    eval_every_rollouts: int = 0
+    """Held-out evaluation each time the generated rollouts cross a multiple of this number (and at
+    the start and the end), so that runs of strategies with different steps are read at the same
+    compute (chapter 10); the record's ``eval/grid`` is the multiple crossed. 0 disables."""
+    eval_split: str = "test"
+    """The split evaluated: ``test``, or ``validation`` for choosing a learning rate without looking at
+    the test prompts (a task that has one, e.g. arithmetic with ``validation_fraction``)."""
     eval_prompts: int = 128
     """Held-out prompts per evaluation (the first ones of the test split)."""
     eval_samples: int = 4
@@ -156,7 +171,7 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"{name} must be a positive integer, got {v!r}")
         for name in ["eval_every", "checkpoint_every", "warmup_steps", "seed", "threads", "max_rollouts",
-                     "max_prompt_tokens"]:
+                     "max_prompt_tokens", "eval_every_rollouts", "order_offset"]:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise UserError(f"{name} must be an integer >= 0, got {v!r}")
@@ -185,6 +200,8 @@ class TrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UserError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.eval_split not in ("test", "validation"):
+            raise UserError(f"eval_split must be test or validation, got {self.eval_split!r}")
         for name in ["task_kwargs", "strategy_kwargs"]:
             if not isinstance(getattr(self, name), dict):
                 raise UserError(f"{name} must be a mapping, got {getattr(self, name)!r}")

@@ -76,10 +76,10 @@ class LMPolicy(ModelPolicy):
         add nothing to the policy-gradient term: their forward and backward are skipped unless a KL
         term needs them (they still count in the loss normaliser)."""
         c = self.config
-        samples, _ = self.samples(groups, advantages)
+        samples, kept_tokens = self.samples(groups, advantages)
         active = samples if c.kl_coef > 0 else [s for s in samples if s.advantage != 0.0]
         out = self.optimize(active)
-        out.update(samples_trained=len(samples), samples_nonzero_adv=len(active),
+        out.update(samples_trained=len(samples), samples_nonzero_adv=len(active), kept_tokens=kept_tokens,
                    trained_tokens=sum(len(s.completion_ids) for s in active) * c.update_epochs)
         return out
 

@@ -132,6 +132,23 @@ def check_group_size(config: TrainConfig, curator) -> None:
                     "group_size >= 2")
 
 
+def train_subset(config: TrainConfig, problems) -> list:
+    """The training problems named by ``config.train_subset`` (a JSON-lines file of ``uid`` lines), in
+    the task's order; a file that cannot be read, or names none of them, is refused."""
+    from rlcurate.tasks.datasets import read_jsonl
+
+    path = Path(config.train_subset)
+    if not path.is_file():
+        raise UserError(f"train_subset={config.train_subset!r}: no such file")
+    uids = {str(row.get("uid")) for row in read_jsonl(path) if "uid" in row}
+    kept = [p for p in problems if p.uid in uids]
+    if not kept:
+        raise UserError(f"train_subset={config.train_subset!r}: none of its {len(uids)} uids is a training prompt "
+                        f"of task {config.task!r} with task_kwargs {config.task_kwargs} (export the audit of "
+                        "the same task and split train)")
+    return kept
+
+
 def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool = True):
     """Every check of a run that needs no model; returns ``(task, curator, changes)``: the task and
     curator built from the config unless given, and the allowed config changes of a resume
@@ -151,6 +168,8 @@ def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool
                 raise UserError(f"task {config.task!r} with task_kwargs {config.task_kwargs} has no training problems")
         except DatasetUnavailableError as exc:
             raise UserError(f"task {config.task!r}: {exc}") from None
+    if config.train_subset:
+        train_subset(config, task.problems("train"))
     if check_model:
         from rlcurate.models.hf import check_model_source
 

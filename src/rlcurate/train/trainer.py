@@ -154,7 +154,7 @@ class Trainer:
 
         # ---------------------------------------------------------------- curator, optimizer
         self.curator = curator
-        self.curator.bind(len(self.train_problems), config.seed)
+        self.curator.bind(len(self.train_problems), config.seed + config.order_offset)
         # the fused AdamW kernel (one pass over all parameters; TRL's default too) where torch has it
         fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
@@ -167,6 +167,7 @@ class Trainer:
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.step = 0
         self.totals = {"rollouts": 0, "generated_tokens": 0, "trained_tokens": 0, "trained_samples": 0,
+                       "kept_samples": 0, "kept_tokens": 0,
                        "time/generate": 0.0, "time/train": 0.0, "time/eval": 0.0}
         self.config_changes: list[dict[str, Any]] = []  # the allowed changes of each resume (preflight)
         if config.resume and ((self.out / "checkpoint").exists() or (self.out / "checkpoint.old").exists()):
@@ -191,8 +192,12 @@ class Trainer:
         train = task.problems("train")
         if not train:
             raise UserError(f"task {c.task!r} has no training problems")
+        if c.train_subset:
+            from rlcurate.train.preflight import train_subset
+
+            train = train_subset(c, train)
         self.train_problems, long_train = split_long_prompts(train, render, self.tokenizer, c.max_prompt_tokens)
-        self.test_problems, long_test = split_long_prompts(task.problems("test"), render, self.tokenizer,
+        self.test_problems, long_test = split_long_prompts(task.problems(c.eval_split), render, self.tokenizer,
                                                            c.max_prompt_tokens, keep=c.eval_prompts)
         self.prompts_too_long = {"train": len(long_train), "test": len(long_test)}
         for split, skipped in (("training", long_train), ("held-out", long_test)):
@@ -241,6 +246,8 @@ class Trainer:
         self.totals["generated_tokens"] += counters.generated_tokens
         self.totals["trained_tokens"] += update["trained_tokens"]
         self.totals["trained_samples"] += update["samples_nonzero_adv"]
+        self.totals["kept_samples"] = self.totals.get("kept_samples", 0) + update["samples_trained"]
+        self.totals["kept_tokens"] = self.totals.get("kept_tokens", 0) + update["kept_tokens"]
         self.totals["time/generate"] += out.sample_seconds
         self.totals["time/train"] += out.train_seconds
         record = {
@@ -331,16 +338,21 @@ class Trainer:
         c = self.config
         if self.step == 0 and self.metrics.lines == 0:
             self._write_environment()
-            if c.eval_every:
-                self.metrics.write({"step": 0, **self.evaluate()})
+            if c.eval_every or c.eval_every_rollouts:
+                self.metrics.write({"step": 0, **self.evaluate(), **({"eval/grid": 0} if c.eval_every_rollouts else {})})
         bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress, desc="train", unit="step")
         while self.step < c.steps and not self._budget_spent():
             t0 = time.perf_counter()
+            before = self.totals["rollouts"]
             record = self.train_step(self.step)
             self.step += 1
             last = self.step == c.steps or self._budget_spent()
-            if c.eval_every and (self.step % c.eval_every == 0 or last):
+            grid = self._grid_crossed(before, self.totals["rollouts"])
+            if (c.eval_every and self.step % c.eval_every == 0) or grid is not None or (
+                    last and (c.eval_every or c.eval_every_rollouts)):
                 record.update(self.evaluate())
+                if c.eval_every_rollouts:
+                    record["eval/grid"] = grid if grid is not None else self.totals["rollouts"]
             record["time/step"] = time.perf_counter() - t0
             self.metrics.write(record)
             bar.update(1)
@@ -361,6 +373,13 @@ class Trainer:
             summary["prompts_too_long"] = {**self.prompts_too_long, "max_prompt_tokens": c.max_prompt_tokens}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
+
+    def _grid_crossed(self, before: int, after: int) -> int | None:
+        """The largest multiple of ``eval_every_rollouts`` in (before, after], if any (chapter 10)."""
+        E = self.config.eval_every_rollouts
+        if not E or after // E == before // E:
+            return None
+        return (after // E) * E
 
     def _budget_spent(self) -> bool:
         return bool(self.config.max_rollouts) and self.totals["rollouts"] >= self.config.max_rollouts

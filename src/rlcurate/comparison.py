@@ -1,0 +1,251 @@
+"""A sound comparison of curation strategies at equal compute (chapter 10, *End to end*).
+
+The question: trained end to end at the same budget, does a strategy reach a higher held-out
+accuracy than uniform GRPO, and is the difference larger than the noise? The protocol this module
+implements, and the reasons for each step:
+
+1. **Read every run on one grid of the compute axis.** Runs evaluate each time their generated
+   rollouts cross a multiple of ``eval_every_rollouts`` (:class:`rlcurate.train.TrainConfig`), so an
+   arm that takes 60 steps and one that takes 200 are read at the same compute
+   (:func:`grid_curve`); the end point is the accuracy at the budget (:func:`at_budget`), the area
+   under the curve (:func:`area`) a second measure. Other currencies (:data:`CURRENCIES`) are read
+   by interpolating each curve at a common cost (:func:`at_cost`).
+2. **Tune what differs between arms** on a validation split disjoint from the test split
+   (:func:`choose_lr`), then run the chosen value on the test protocol.
+3. **Paired seeds with common random numbers.** A seed fixes the prompt order, the held-out prompts
+   and the sampling streams of every arm, so the per-seed difference to the baseline cancels what
+   the arms share; :func:`paired` gives the mean difference, a t interval (its coverage is checked on
+   synthetic curves by :func:`coverage`), an exact sign-flip p-value, the t-test p-value and, across
+   arms, Holm's adjustment (:func:`holm`).
+4. **An A/A control**: uniform against uniform with an independent prompt order (``order_seed``).
+   Its interval must cover 0, else the protocol, not a strategy, is broken.
+5. **Power**: :func:`detectable_difference` is the smallest true difference the design finds with
+   probability 0.8 at the adjusted level.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import product
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
+           "Paired", "paired", "holm", "sign_flip_p", "detectable_difference", "coverage"]
+
+CURRENCIES = {
+    "rollouts": "generated rollouts",
+    "cost_sparse": "generated rollouts + rho x trained rollouts (only rollouts with a non-zero advantage "
+                   "are trained, as this trainer does)",
+    "cost_dense": "generated rollouts + rho x kept rollouts (every rollout of a kept group is trained, "
+                  "as verl does)",
+    "tokens": "model tokens: generated plus trained",
+}
+"""The currencies a comparison can be stated in; ``rho`` is the cost of training one rollout relative
+to generating it (a timing benchmark measures it)."""
+
+
+@dataclass(frozen=True)
+class GridCurve:
+    """One run read on the rollout grid: ``grid[k]`` the grid point (rollouts), ``rollouts[k]`` the
+    rollouts actually spent at that evaluation (at or just past the grid point), ``value[k]`` the
+    metric there."""
+
+    grid: np.ndarray
+    rollouts: np.ndarray
+    value: np.ndarray
+
+    @property
+    def overshoot(self) -> np.ndarray:
+        """Rollouts spent past each grid point when it was read (a step's rollouts at most)."""
+        return self.rollouts - self.grid
+
+
+def _evals(result: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    return [r for r in result["metrics"] if key in r]
+
+
+def grid_curve(result: Mapping[str, Any], key: str = "eval/accuracy") -> GridCurve:
+    """The evaluations of a reference run made on the rollout grid (``eval/grid``), in order."""
+    recs = [r for r in _evals(result, key) if "eval/grid" in r]
+    if not recs:
+        raise ValueError(f"run {result.get('run')!r} seed {result.get('seed')!r} has no evaluations on a rollout "
+                         "grid (train it with eval_every_rollouts)")
+    return GridCurve(np.array([r["eval/grid"] for r in recs], dtype=float),
+                     np.array([r.get("total/rollouts", 0) for r in recs], dtype=float),
+                     np.array([r[key] for r in recs], dtype=float))
+
+
+def at_budget(curve: GridCurve, budget: float) -> float:
+    """The metric at the first grid point at or past ``budget`` (the end point of the comparison)."""
+    hit = np.flatnonzero(curve.grid >= budget)
+    if not hit.size:
+        raise ValueError(f"the run was not read at a budget of {budget} (its last grid point is {curve.grid[-1]:g})")
+    return float(curve.value[hit[0]])
+
+
+def area(curve: GridCurve, budget: float) -> float:
+    """The mean of the metric over the grid points 0..``budget`` (trapezoid rule, normalised by the
+    budget): the accuracy a run held on average while it spent its compute."""
+    keep = curve.grid <= budget
+    x, y = curve.grid[keep], curve.value[keep]
+    if x.size < 2 or x[-1] < budget:
+        raise ValueError(f"the run's grid does not reach the budget {budget}")
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+
+
+def cost(result: Mapping[str, Any], currency: str, rho: float = 1.0, key: str = "eval/accuracy") -> tuple[np.ndarray, np.ndarray]:
+    """``(cost, value)`` at every evaluation of a run, the cost in ``currency`` (:data:`CURRENCIES`)."""
+    if currency not in CURRENCIES:
+        raise ValueError(f"currency must be one of {', '.join(CURRENCIES)}, got {currency!r}")
+    recs = _evals(result, key)
+    g = np.array([r.get("total/rollouts", 0) for r in recs], dtype=float)
+    if currency == "rollouts":
+        c = g
+    elif currency == "cost_sparse":
+        c = g + rho * np.array([r.get("total/trained_samples", 0) for r in recs], dtype=float)
+    elif currency == "cost_dense":
+        c = g + rho * np.array([r.get("total/kept_samples", 0) for r in recs], dtype=float)
+    else:
+        c = np.array([r.get("total/generated_tokens", 0) + r.get("total/trained_tokens", 0) for r in recs], dtype=float)
+    return c, np.array([r[key] for r in recs], dtype=float)
+
+
+def at_cost(result: Mapping[str, Any], currency: str, budget: float, rho: float = 1.0,
+            key: str = "eval/accuracy") -> float:
+    """The metric interpolated linearly at ``budget`` in ``currency`` (the run must reach it)."""
+    c, v = cost(result, currency, rho, key)
+    if c[-1] < budget:
+        raise ValueError(f"run {result.get('run')!r} seed {result.get('seed')!r} spent {c[-1]:g} in "
+                         f"{currency}, less than the budget {budget:g}")
+    return float(np.interp(budget, c, v))
+
+
+def choose_lr(scores: Mapping[float, Sequence[float]]) -> float:
+    """The learning rate with the highest mean validation score (``{lr: per-seed scores}``); ties go to
+    the smaller rate."""
+    if not scores:
+        raise ValueError("no learning rates to choose from")
+    return max(sorted(scores), key=lambda lr: (float(np.mean(scores[lr])), -lr))
+
+
+def sign_flip_p(d: Sequence[float]) -> float:
+    """Two-sided p-value of the exact sign-flip (paired permutation) test of mean(d) = 0: the share
+    of the 2^n sign patterns whose |mean| is at least the observed one (valid when the differences
+    are symmetric about 0 under the null; at n = 8 it cannot go below 2/256)."""
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    if n == 0 or n > 20:
+        raise ValueError(f"sign_flip_p enumerates 2^n patterns; n must lie in 1..20, got {n}")
+    signs = np.array(list(product((1.0, -1.0), repeat=n)))
+    means = np.abs(signs @ d) / n
+    return float(np.mean(means >= abs(d.mean()) - 1e-12))
+
+
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate)."""
+    names = sorted(pvalues, key=lambda k: pvalues[k])
+    m = len(names)
+    out, running = {}, 0.0
+    for i, name in enumerate(names):
+        running = max(running, min(1.0, (m - i) * pvalues[name]))
+        out[name] = running
+    return out
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The paired comparison of one arm with the baseline over common seeds."""
+
+    n: int
+    mean: float
+    sd: float
+    low: float
+    high: float
+    p_t: float
+    p_sign_flip: float
+    p_holm: float = float("nan")
+
+    @property
+    def covers_zero(self) -> bool:
+        return self.low <= 0.0 <= self.high
+
+
+def _t_interval(d: np.ndarray, level: float) -> tuple[float, float, float]:
+    n = d.size
+    sd = float(d.std(ddof=1)) if n > 1 else float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n) if n > 1 else float("nan")
+    return sd, float(d.mean()) - half, float(d.mean()) + half
+
+
+def paired(values: Mapping[str, Mapping[int, float]], baseline: str, level: float = 0.95) -> dict[str, Paired]:
+    """For every arm but ``baseline``: the per-seed differences arm - baseline over their common seeds,
+    their mean, the ``level`` t interval, the two-sided t-test and sign-flip p-values, and the Holm
+    adjustment of the t-test p-values across the arms."""
+    base = values[baseline]
+    out = {}
+    for arm, by_seed in values.items():
+        if arm == baseline:
+            continue
+        seeds = sorted(set(by_seed) & set(base))
+        if len(seeds) < 2:
+            raise ValueError(f"arm {arm!r} shares {len(seeds)} seed(s) with {baseline!r}; a paired comparison needs 2+")
+        d = np.array([by_seed[s] - base[s] for s in seeds], dtype=float)
+        sd, low, high = _t_interval(d, level)
+        p_t = float(stats.ttest_1samp(d, 0.0).pvalue) if sd > 0 else (1.0 if d.mean() == 0 else 0.0)
+        out[arm] = Paired(d.size, float(d.mean()), sd, low, high, p_t, sign_flip_p(d) if d.size <= 20 else float("nan"))
+    adjusted = holm({a: r.p_t for a, r in out.items()})
+    return {a: Paired(**{**r.__dict__, "p_holm": adjusted[a]}) for a, r in out.items()}
+
+
+def detectable_difference(sd: float, n: int, arms: int = 1, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference a paired t-test over ``n`` seeds detects with probability
+    ``power`` at level ``alpha / arms`` (Bonferroni, which Holm's first step is), for paired
+    differences of standard deviation ``sd``: (t_{1-a/2, n-1} + t_{power, n-1}) sd / sqrt(n)."""
+    a = alpha / max(arms, 1)
+    return float((stats.t.ppf(1 - a / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: float = 0.02,
+             noise: str = "normal", seed: int = 0) -> float:
+    """The share of ``reps`` synthetic experiments in which :func:`paired`'s interval covers the true
+    difference at the budget (the check that the nominal ``level`` holds for this design).
+
+    Each experiment draws ``n_seeds`` paired learning curves on a 20-point grid,
+    acc(t) = 0.7 (1 - exp(-t / tau_arm)) + s_seed + e(t), with a seed effect s shared by both arms
+    (common random numbers), curves that differ by ``effect`` at the budget, and evaluation noise e
+    that is AR(1) over the grid: ``normal`` (sd 0.01), ``heavy`` (Student t with 3 degrees of freedom),
+    or ``skewed`` (a centred exponential)."""
+    rng = np.random.default_rng(seed)
+    grid = np.linspace(0, 1, 21)
+    tau_b = 0.3
+    base = 0.7 * (1 - np.exp(-grid / tau_b))
+    target = base[-1] + effect
+    tau_a = -1.0 / math.log(1 - target / 0.7)
+    arm = 0.7 * (1 - np.exp(-grid / tau_a))
+    truth = arm[-1] - base[-1]
+    hits = 0
+    for _ in range(reps):
+        s = rng.normal(0, 0.02, n_seeds)
+
+        def noisy(curve):
+            if noise == "normal":
+                e = rng.normal(0, 0.01, (n_seeds, grid.size))
+            elif noise == "heavy":
+                e = 0.01 * rng.standard_t(3, (n_seeds, grid.size)) / math.sqrt(3)
+            elif noise == "skewed":
+                e = 0.01 * (rng.exponential(1.0, (n_seeds, grid.size)) - 1.0)
+            else:
+                raise ValueError(f"noise must be normal, heavy or skewed, got {noise!r}")
+            for k in range(1, grid.size):  # AR(1): evaluations of one run are correlated
+                e[:, k] = 0.6 * e[:, k - 1] + 0.8 * e[:, k]
+            return curve[None, :] + s[:, None] + e
+
+        a, b = noisy(arm), noisy(base)
+        d = a[:, -1] - b[:, -1]
+        _, low, high = _t_interval(d, level)
+        hits += low <= truth <= high
+    return hits / reps
