@@ -309,9 +309,13 @@ def test_cli_misuse_is_one_line(argv, needles, capsys):
     one_line_error(capsys.readouterr().err, *needles)
 
 
-def test_strategies_help_with_a_name_is_still_help(capsys):
+def test_strategies_help_with_a_name_describes_that_strategy(capsys):
+    # issue #14: `rlcurate strategies --help NAME` gives the strategy's documentation and options
+    assert main(["strategies", "--help", "insight"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("insight\n") and "options (strategy_kwargs)" in out and "candidates = " in out
     with pytest.raises(SystemExit) as info:
-        main(["strategies", "--help", "insight"])
+        main(["strategies", "--help"])
     assert info.value.code == 0
     assert capsys.readouterr().out.startswith("usage: rlcurate strategies [-h] [NAME ...]")
 

@@ -62,13 +62,15 @@ def test_plain_strips_restructured_text():
 
 
 def test_strategies_gives_whole_descriptions_and_explains_composition(capsys):
+    import inspect
+
     from rlcurate.curation import available
-    from rlcurate.curation.registry import _REGISTRY
+    from rlcurate.curation.registry import config_class
 
     assert main(["strategies"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     for name in available():
-        first_paragraph = (_REGISTRY[name].__doc__ or "").strip().split("\n\n")[0]
+        first_paragraph = inspect.cleandoc(config_class(name).__doc__ or "").split("\n\n")[0]
         assert f"{name} {' '.join(plain(first_paragraph).split())}" in out
     assert "a+b combines two strategies: the selector of a" in out
     assert "the sampler and processors of b" in out
@@ -82,6 +84,29 @@ def test_strategies_describes_one_strategy_and_a_composition(capsys):
                           "of ada_seq_balanced.")
     assert "options (strategy_kwargs) and their defaults:" in out
     assert "    mu = 0.3" in out and "    max_rounds = 4" in out
+
+
+def test_strategies_lists_every_option_with_its_default_and_docstring(capsys):
+    """``rlcurate strategies NAME`` and ``rlcurate strategies --help NAME``: the configuration
+    dataclass's fields, each with its default and its docstring (issue #14)."""
+    from rlcurate.config_cli import field_docs
+    from rlcurate.curation.registry import config_class, options
+
+    assert main(["strategies", "--help", "ada_est"]) == 0
+    out = capsys.readouterr().out
+    assert main(["strategies", "ada_est"]) == 0
+    assert capsys.readouterr().out == out
+    assert out.startswith("ada_est\n\n  Reinforce-Ada-Est")
+    docs = field_docs(config_class("ada_est"))
+    flat = " ".join(out.split())
+    for key, default in options("ada_est").items():
+        assert f"\n    {key} = {default!r}\n" in out
+        assert " ".join(plain(docs[key]).split()) in flat
+    assert "beta = 16.0 beta of the same estimate" in flat
+    for markup in RST:
+        assert markup not in out
+    assert main(["strategies", "uniform"]) == 0
+    assert "options: none" in capsys.readouterr().out
 
 
 def test_python_dash_m_rlcurate():

@@ -21,6 +21,7 @@ commands:
   warmstart    supervised warm-start of the tiny model (chapter 4)
   serve        an OpenAI-compatible HTTP server for a checkpoint (chapter 4)
   runs         the reference runs of a suite, one JSON file per run and seed (chapters 5-10)
+  compare      the paired comparison of a suite's arms at equal compute (chapter 10)
   strategies   the curation strategies, and how to combine two of them
 
 Run 'rlcurate <command> --help' (or 'rlcurate help <command>') for a command's options.
@@ -87,45 +88,60 @@ _COMPOSITION = (
     "those it knows) or split as {a: {...}, b: {...}}.")
 
 
-def _strategy_doc(name: str, factory, full: bool) -> str:
-    doc = (factory.__doc__ or "").strip()
-    if not full:
-        return wrap(doc.split("\n\n")[0], indent=" " * 24)[24:]
+def _strategy_doc(name: str, full: bool) -> str:
+    """A strategy's description, the docstring of its configuration class: the first paragraph (the
+    list), or all of it with every option, its default and its docstring (``full``)."""
     import inspect
 
+    from rlcurate.config_cli import field_docs
+    from rlcurate.curation.registry import config_class, options
+
+    cls = config_class(name)
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    if not full:
+        return wrap(doc.split("\n\n")[0], indent=" " * 24)[24:]
     text = [name, "", "\n\n".join(wrap(par, indent="  ") for par in doc.split("\n\n")), ""]
-    params = inspect.signature(factory).parameters.values()
-    if params:
-        text.append("  options (strategy_kwargs) and their defaults:")
-        text += [f"    {p.name} = {p.default!r}" for p in params if p.default is not inspect.Parameter.empty]
+    defaults = options(name)
+    if not defaults:
+        text.append("  options: none")
+        return "\n".join(text)
+    docs = field_docs(cls)
+    text.append("  options (strategy_kwargs) and their defaults:")
+    for key, default in defaults.items():
+        text.append(f"    {key} = {default!r}")
+        if docs.get(key):
+            text.append(wrap(docs[key], indent=" " * 8))
     return "\n".join(text)
 
 
 def _strategies(argv: list[str]) -> int:
     from rlcurate.curation import available
-    from rlcurate.curation.registry import _REGISTRY
     from rlcurate.errors import UserError
 
     parser = ArgumentParser(
         prog="rlcurate strategies", formatter_class=HelpFormatter,
         description=wrap("List the curation strategies (the strategy key of a training config; chapters "
-                         "5-10), or describe some of them in full."),
+                         "5-10), or describe some of them in full: every option with its default and what "
+                         "it does ('rlcurate strategies NAME', or 'rlcurate strategies --help NAME')."),
         epilog=wrap(_COMPOSITION))
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="strategies to describe with their options, e.g. insight or insight+ada_seq_balanced")
+    named = [a for a in argv if not a.startswith("-")]
+    if named and any(a in ("-h", "--help") for a in argv):  # 'rlcurate strategies --help NAME': describe NAME
+        argv = [a for a in argv if a not in ("-h", "--help")]
     args = parser.parse_args(argv)
     names = available()
     if not args.names:
         print("curation strategies (the strategy key of a training config):\n")
         for name in names:
-            print(f"  {name:20s}  {_strategy_doc(name, _REGISTRY[name], full=False)}")
+            print(f"  {name:20s}  {_strategy_doc(name, full=False)}")
         print("\n" + wrap(_COMPOSITION) + "\n\n'rlcurate strategies NAME' describes one strategy and its options.")
         return 0
     out = []
     for spec in args.names:
         parts = [p.strip() for p in spec.split("+")]
         for p in parts:
-            if p not in _REGISTRY:
+            if p not in names:
                 import difflib
 
                 close = difflib.get_close_matches(p, names, n=1)
@@ -135,7 +151,7 @@ def _strategies(argv: list[str]) -> int:
             raise UserError(f"{spec!r}: a composition has two parts, selector+sampler")
         if len(parts) == 2:
             out.append(f"{spec}: the selector of {parts[0]} with the sampler and processors of {parts[1]}.")
-        out += [_strategy_doc(p, _REGISTRY[p], full=True) for p in parts]
+        out += [_strategy_doc(p, full=True) for p in parts]
     print("\n\n".join(out))
     return 0
 
@@ -154,6 +170,7 @@ COMMANDS = {
     "warmstart": _delegate("rlcurate.models.warmstart"),
     "serve": _delegate("rlcurate.rollout.server"),
     "runs": _delegate("rlcurate.experiments"),
+    "compare": _delegate("rlcurate.comparison"),
     "strategies": _strategies,
 }
 

@@ -293,7 +293,28 @@ class StepContext:
         return getattr(self._policy, "grad_norms", None)
 
 
-class Selector:
+class Part:
+    """What the three parts of a curator share: the observe hook, diagnostics and resumable state."""
+
+    name = "part"
+
+    def observe(self, ctx: StepContext, groups: list[Group]) -> None:
+        """After the update: the trained groups (and ``ctx.generated_groups``, everything generated
+        this step) to learn from. Reads any field of a Group; writes none."""
+
+    def metrics(self) -> dict[str, float]:
+        """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue exactly (JSON values); nothing by default."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+class Selector(Part):
     """Chooses the prompts of a step. Default: passes (epochs) over the pool, each in a seeded random
     order (stream ``epoch_order``)."""
 
@@ -331,14 +352,6 @@ class Selector:
         rollouts to choose, like a live prefilter, may call ``ctx.generate``, which is counted)."""
         return self.draw(k)
 
-    def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        """After the update: the trained groups (and ``ctx.generated_groups``, everything generated)
-        to learn from. Reads any field of a Group; writes none."""
-
-    def metrics(self) -> dict[str, float]:
-        """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
-        return {}
-
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
@@ -346,7 +359,7 @@ class Selector:
         self.epoch, self.cursor, self._order = int(state["epoch"]), int(state["cursor"]), None
 
 
-class Sampler:
+class Sampler(Part):
     """Produces the groups of the selected prompts. Default: ``group_size`` rollouts each.
 
     ``pool_baseline`` says that the sampler sets every group's ``baseline`` from a larger pool of
@@ -362,21 +375,8 @@ class Sampler:
         ``weight`` and ``token_weights``; may merge (:meth:`Group.merge`) or subset groups."""
         return ctx.generate(indices, ctx.group_size)
 
-    def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        """After the update: the trained groups. Reads any field; writes none."""
 
-    def metrics(self) -> dict[str, float]:
-        """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-
-class Processor:
+class Processor(Part):
     """Transforms groups after sampling (filter, downsample, reweight)."""
 
     name = "identity"
@@ -387,19 +387,6 @@ class Processor:
         and ``token_weights``; may score with ``ctx.sequence_logprobs`` / ``ctx.grad_norms``. Must not
         generate: what a processor drops was still paid for, and is counted."""
         return groups
-
-    def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        """After the update: the trained groups. Reads any field; writes none."""
-
-    def metrics(self) -> dict[str, float]:
-        """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
 
 
 class Curator:

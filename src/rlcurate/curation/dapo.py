@@ -22,12 +22,13 @@ rollout is dropped (verl keeps ``len == 1`` groups; here a single rollout has no
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
-from rlcurate.curation.registry import register
+from rlcurate.curation.registry import StrategyConfig, register
 
-__all__ = ["DapoSampler", "DapoFilter", "dapo"]
+__all__ = ["DapoSampler", "DapoFilter", "DapoConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,18 @@ class DapoFilter(Processor):
 
 
 @register("dapo")
-def dapo(gen_batch_size: int | None = None, max_num_gen_batches: int = 10) -> Curator:
+@dataclass
+class DapoConfig(StrategyConfig):
     """DAPO dynamic sampling (Yu et al., 2025; chapter 6): oversample prompts until B groups are
     mixed (at most ``max_num_gen_batches`` generation batches of ``gen_batch_size`` prompts, default
     B), train on the first B mixed groups. Every generated rollout is counted."""
-    return Curator(Selector(), DapoSampler(gen_batch_size, max_num_gen_batches), [DapoFilter()], name="dapo")
+
+    gen_batch_size: int | None = None
+    """Prompts per generation batch (``None``: B; the DAPO recipe uses 3 B). The first batch is the
+    selected prompts, topped up from the selector; later batches draw this many fresh prompts."""
+    max_num_gen_batches: int = 10
+    """Cap on generation batches per step (the DAPO recipe's 10; verl's 0, no cap, is not offered)."""
+
+    def build(self) -> Curator:
+        return Curator(Selector(), DapoSampler(self.gen_batch_size, self.max_num_gen_batches), [DapoFilter()],
+                       name="dapo")

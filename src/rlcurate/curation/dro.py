@@ -53,9 +53,9 @@ from typing import Sequence
 import numpy as np
 
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
-from rlcurate.curation.registry import register
+from rlcurate.curation.registry import StrategyConfig, register
 
-__all__ = ["DROProcessor", "DROStats", "reference_answer_text", "reasoning_token_count",
+__all__ = ["DROProcessor", "DROStats", "DroConfig", "reference_answer_text", "reasoning_token_count",
            "reflectivity_weights", "r3_scores", "answer_span_weights"]
 
 USES = ("reward", "token_weights", "both", "none")
@@ -148,7 +148,7 @@ class DROStats:
 
 class DROProcessor(Processor):
     """DRO's R3 as reward and/or token weights, and its variance-based query filter (chapter 8);
-    see the module docstring for the rule and :func:`dro` for the arguments.
+    see the module docstring for the rule and :class:`DroConfig` for the arguments.
 
     After each step ``last_stats`` holds one :class:`DROStats` per input group (None for empty groups)
     and ``last_dropped`` the positions of the groups the filter removed.
@@ -291,12 +291,31 @@ class DROProcessor(Processor):
 
 
 @register("dro")
-def dro(use_as: str = "reward", filter_fraction: float = 0.0, weight_power: float = 1.0, reward_mix: float = 1.0,
-        answer_template: str | None = None, append_eos: bool = True, token_budget: int = 16384) -> Curator:
+@dataclass
+class DroConfig(StrategyConfig):
     """DRO (Xu et al., 2025; chapter 8): the reasoning-reflective reference-answer likelihood R3 as the
     reward (``use_as="reward"``), as per-token loss weights (``"token_weights"``), or both; plus the
     query filter dropping the ``filter_fraction`` of groups with the lowest max_j sigma_j (off by
     default). ``weight_power`` k of w_j = sigma_j^k / mean sigma^k; ``reward_mix`` the share of R3 in
     the reward (1: replace); ``answer_template`` e.g. ``"#{answer}"`` overrides the task's format."""
-    return Curator(Selector(), Sampler(), [DROProcessor(use_as, filter_fraction, weight_power, reward_mix,
-                                                        answer_template, append_eos, token_budget)], name="dro")
+
+    use_as: str = "reward"
+    """``"reward"`` (the paper's use), ``"token_weights"``, ``"both"`` or ``"none"`` (only the filter)."""
+    filter_fraction: float = 0.0
+    """Share in [0, 1) of a batch's groups dropped by the query filter, lowest max_j sigma_j first
+    (0: off; the paper's cutoff is "based on data size and capacity")."""
+    weight_power: float = 1.0
+    """k of the reflectivity weights w_j = sigma_j^k / mean sigma^k (0: the plain log-likelihood)."""
+    reward_mix: float = 1.0
+    """Share of the normalised R3 in the reward, in [0, 1] (1 replaces the verifier's reward)."""
+    answer_template: str | None = None
+    """The reference answer as the model writes it, e.g. ``"#{answer}"`` (``None``: the task's format)."""
+    append_eos: bool = True
+    """Append the end-of-sequence token to the reference answer."""
+    token_budget: int = 16384
+    """Tokens per micro-batch of the teacher-forced scoring pass."""
+
+    def build(self) -> Curator:
+        return Curator(Selector(), Sampler(), [DROProcessor(self.use_as, self.filter_fraction, self.weight_power,
+                                                            self.reward_mix, self.answer_template, self.append_eos,
+                                                            self.token_budget)], name="dro")

@@ -24,15 +24,15 @@ the current policy, so it is on-policy data already paid for. Either way the ste
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
-from rlcurate.curation.registry import register
+from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.allocation import gvm_allocation, round_preserving_sum
 
-__all__ = ["GvmSampler", "gvm"]
+__all__ = ["GvmSampler", "GvmConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +137,37 @@ class GvmSampler(Sampler):
 
 
 @register("gvm")
-def gvm(pilot: int = 4, budget_per_prompt: int | None = None, alpha: float = 1e-3, beta: float = 2.0,
-        min_per_prompt: int = 0, train_pilot: bool = True, positive_threshold: float = 0.7,
-        filter_threshold: float = 0.0, filter_insufficient: float = 0.0) -> Curator:
+@dataclass
+class GvmConfig(StrategyConfig):
     """GVM (Yao et al., 2025; chapter 3): a pilot of ``pilot`` rollouts per prompt estimates p_i and
     the gradient norm G_i; ``budget_per_prompt`` x B more rollouts are allocated proportionally to
     G_i / sqrt(p_i + alpha / p_i^(beta - 1)); prompts with p_i = 0 get none unless ``min_per_prompt``;
     the code's ``filter_threshold`` and ``filter_insufficient`` (0: off)."""
-    return Curator(Selector(), GvmSampler(pilot, budget_per_prompt, alpha, beta, min_per_prompt, train_pilot,
-                                          positive_threshold, filter_threshold, filter_insufficient), name="gvm")
+
+    pilot: int = 4
+    """N', pilot rollouts per prompt (the paper uses 8)."""
+    budget_per_prompt: int | None = None
+    """Mean allocated rollouts per prompt, N / B (``None``: ``group_size``)."""
+    alpha: float = 1e-3
+    """alpha of s_i = G_i / sqrt(p_i + alpha / p_i^(beta - 1)) (the code's 1e-3)."""
+    beta: float = 2.0
+    """beta of the same rule (the code's 2)."""
+    min_per_prompt: int = 0
+    """Allocated rollouts every prompt gets before the rule shares out the rest (0, GVM's behaviour:
+    prompts with p_i = 0 get nothing)."""
+    train_pilot: bool = True
+    """Merge the pilot into the training group (``False``: train on the allocation only, as the GVM
+    code; the pilot's rollouts count as compute either way)."""
+    positive_threshold: float = 0.7
+    """A response is accepted iff its reward exceeds this."""
+    filter_threshold: float = 0.0
+    """The GVM code's first filter: > 0 drops prompts whose p_i exceeds it (0: off; its run script
+    passes 1.0, which keeps all; :func:`rlcurate.stats.gvm_allocation`)."""
+    filter_insufficient: float = 0.0
+    """The GVM code's second filter: > 0 drops prompts whose expected accepted responses fall below it
+    (0: off)."""
+
+    def build(self) -> Curator:
+        return Curator(Selector(), GvmSampler(self.pilot, self.budget_per_prompt, self.alpha, self.beta,
+                                              self.min_per_prompt, self.train_pilot, self.positive_threshold,
+                                              self.filter_threshold, self.filter_insufficient), name="gvm")

@@ -29,17 +29,18 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlcurate.curation.base import Curator, Sampler, Selector, StepContext
-from rlcurate.curation.registry import register
+from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.seeding import stream
 from rlcurate.errors import UserError
 
-__all__ = ["PrefilterSelector", "prefilter", "read_audit_rows", "read_audit_uids"]
+__all__ = ["PrefilterSelector", "PrefilterConfig", "read_audit_rows", "read_audit_uids"]
 
 log = logging.getLogger(__name__)
 
@@ -230,10 +231,29 @@ class PrefilterSelector(Selector):
 
 
 @register("prefilter")
-def prefilter(audit_file: str | None = None, audit_runs: int = 8, audit_prompts: int | None = None,
-              reaudit_every: int = 0, reaudit_fresh: int | None = None, fallback: str = "error") -> Curator:
+@dataclass
+class PrefilterConfig(StrategyConfig):
     """Variance prefilter (chapter 6): train only on the prompts an audit of ``audit_runs`` rollouts
     found mixed (from ``audit_file`` or audited in-process at the first step), optionally re-audited
     every ``reaudit_every`` steps. ``group_size`` rollouts per prompt as in uniform GRPO."""
-    sel = PrefilterSelector(audit_file, audit_runs, audit_prompts, reaudit_every, reaudit_fresh, fallback)
-    return Curator(sel, Sampler(), name="prefilter")
+
+    audit_file: str | None = None
+    """JSON lines with the uids to keep (the ``mixed.jsonl`` of ``rlcurate audit --split train``);
+    ``None`` audits in-process at the first step."""
+    audit_runs: int = 8
+    """Rollouts per prompt of an in-process audit or re-audit."""
+    audit_prompts: int | None = None
+    """Audit only this many prompts drawn at random from the pool (the others are never trained on);
+    ``None`` audits the whole pool."""
+    reaudit_every: int = 0
+    """Re-audit every this many steps with the current policy (0: never)."""
+    reaudit_fresh: int | None = None
+    """Dropped prompts re-audited along with the kept ones (``None``: all of them)."""
+    fallback: str = "error"
+    """When an audit finds no mixed prompt: ``"error"`` raises, ``"all"`` trains on every audited
+    prompt (with a warning)."""
+
+    def build(self) -> Curator:
+        sel = PrefilterSelector(self.audit_file, self.audit_runs, self.audit_prompts, self.reaudit_every,
+                                self.reaudit_fresh, self.fallback)
+        return Curator(sel, Sampler(), name="prefilter")

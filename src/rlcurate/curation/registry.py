@@ -1,39 +1,109 @@
 """Curation strategies by name (``strategy`` in a training config).
 
-A name maps to a factory that builds a :class:`~rlcurate.curation.base.Curator` from keyword arguments
-(its paper's defaults otherwise). ``a+b`` composes the selector of strategy ``a`` with the sampler and
-processors of strategy ``b``, e.g. ``insight+ada_seq_balanced``.
+A strategy is a configuration dataclass registered under its name: its fields are the options
+(``strategy_kwargs``), each documented by the string right below it, and its :meth:`~StrategyConfig.build`
+returns the :class:`~rlcurate.curation.base.Curator`::
 
-:func:`validate_strategy` checks a name and its keyword arguments against the factories' signatures
-without building anything, so a typo fails before a model loads; a misspelt name gets the closest
-registered ones as suggestions. Both it and :func:`build_curator` raise
-:class:`~rlcurate.errors.UserError` for bad input.
+    @register("uniform")
+    @dataclass
+    class UniformConfig(StrategyConfig):
+        \"\"\"The GRPO baseline: ...\"\"\"
+
+        def build(self) -> Curator:
+            return Curator(Selector(), Sampler(), name=self.name)
+
+The class docstring describes the strategy (its first paragraph is the one-line summary of
+``rlcurate strategies``), the field docstrings its options (``rlcurate strategies NAME``). Every
+option needs a default. How to add a strategy, with a worked example: ``src/rlcurate/curation/README.md``.
+
+Names are found lazily: the first lookup (:func:`available`, :func:`validate_strategy`,
+:func:`build_curator`, :func:`config_class`) imports every module of the package
+``rlcurate.curation`` (``pkgutil.iter_modules`` over its ``__path__``; names starting with ``_``
+are skipped), so a new file in that folder is registered with nothing else edited; no list of
+modules is kept by hand. No strategy module imports torch, so ``build_curator("uniform")`` needs
+numpy alone.
+
+``a+b`` composes the selector of strategy ``a`` with the sampler and processors of strategy ``b``,
+e.g. ``insight+ada_seq_balanced``. :func:`validate_strategy` checks a name and its keyword arguments
+against the configuration fields without building anything, so a typo fails before a model loads;
+a misspelt name gets the closest registered ones as suggestions. Both it and :func:`build_curator`
+raise :class:`~rlcurate.errors.UserError` for bad input. A rejected value (``ValueError`` or
+``TypeError`` from :meth:`~StrategyConfig.build`, where the parts' constructors check their
+arguments) becomes a :class:`~rlcurate.errors.UserError` naming the strategy and its kwargs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import inspect
-from typing import Any, Callable
+import importlib
+import pkgutil
+from typing import Any, ClassVar
 
 from rlcurate.curation.base import Curator
 from rlcurate.errors import UserError
 
-_REGISTRY: dict[str, Callable[..., Curator]] = {}
+__all__ = ["StrategyConfig", "register", "available", "config_class", "options", "validate_strategy",
+           "build_curator", "close_matches"]
+
+
+class StrategyConfig:
+    """The base of a strategy's configuration: subclass it as a ``@dataclass`` whose fields are the
+    strategy's options (each with a docstring below it) and register it with :func:`register`."""
+
+    name: ClassVar[str] = ""
+    """The registered name (set by :func:`register`)."""
+
+    def build(self) -> Curator:
+        """The curator of this configuration (a fresh one on every call)."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[StrategyConfig]] = {}
+_IMPORTED: set[str] = set()  # the modules of the package that discovery has imported
 
 
 def register(name: str):
-    """Decorator: register a factory ``f(**kwargs) -> Curator`` under ``name``."""
-    def deco(fn):
-        if name in _REGISTRY:
-            raise ValueError(f"strategy {name!r} is registered twice")
-        _REGISTRY[name] = fn
-        return fn
+    """Class decorator: register the configuration dataclass ``cls`` (a :class:`StrategyConfig`)
+    under ``name`` and set ``cls.name``. Put it above ``@dataclass``."""
+    def deco(cls):
+        if not (isinstance(cls, type) and issubclass(cls, StrategyConfig)
+                and "__dataclass_fields__" in cls.__dict__):
+            raise TypeError(f"register({name!r}) needs a @dataclass subclass of StrategyConfig, got {cls!r}")
+        if (cls.__doc__ or "").startswith(f"{cls.__name__}("):  # @dataclass wrote its signature: no docstring
+            raise TypeError(f"strategy {name!r}: {cls.__name__} needs a docstring (the strategy's description)")
+        for f in dataclasses.fields(cls):
+            if f.name == "name" or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+                raise TypeError(f"strategy {name!r}: option {f.name!r} needs a default (and may not be called 'name')")
+        old = _REGISTRY.get(name)
+        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"strategy {name!r} is registered twice ({old.__module__}.{old.__qualname__} "
+                             f"and {cls.__module__}.{cls.__qualname__})")
+        cls.name = name
+        _REGISTRY[name] = cls  # the same class re-imported (a module reloaded) replaces itself
+        return cls
     return deco
 
 
+def _discover() -> None:
+    """Import the modules of ``rlcurate.curation`` not imported yet (their decorators register)."""
+    import rlcurate.curation as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        module = f"{package.__name__}.{info.name}"
+        if info.name.startswith("_") or module in _IMPORTED:
+            continue
+        _IMPORTED.add(module)
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            _IMPORTED.discard(module)  # the next lookup raises the same error rather than missing names
+            raise
+
+
 def available() -> list[str]:
-    _load_builtins()
+    """The registered strategy names, sorted."""
+    _discover()
     return sorted(_REGISTRY)
 
 
@@ -43,18 +113,40 @@ def close_matches(word: str, choices) -> str:
     return f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
 
 
-def accepted_kwargs(factory: Callable) -> set[str] | None:
-    """The keyword arguments ``factory`` takes (``None``: any, it has ``**kwargs``)."""
-    params = inspect.signature(factory).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return None
-    return {k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+def _unknown(name: str) -> UserError:
+    return UserError(f"unknown strategy {name!r}{close_matches(name, _REGISTRY)}; available: "
+                     f"{', '.join(sorted(_REGISTRY))} (or a+b: the selector of a with the sampler of b)")
+
+
+def config_class(name: str) -> type[StrategyConfig]:
+    """The configuration dataclass registered under ``name``; :class:`~rlcurate.errors.UserError`
+    (with the closest names) when there is none."""
+    _discover()
+    if name not in _REGISTRY:
+        raise _unknown(name)
+    return _REGISTRY[name]
+
+
+def options(name: str) -> dict[str, Any]:
+    """The options of strategy ``name`` and their defaults: the strategy's own first, then those of
+    the shared base it extends (each in the order they are declared)."""
+    cls = config_class(name)
+    mro = [k for k in cls.__mro__ if "__dataclass_fields__" in k.__dict__]
+
+    def origin(field: str) -> int:  # the position in the mro of the most basic class declaring it
+        return max(i for i, k in enumerate(mro) if field in k.__dict__.get("__annotations__", {}))
+
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    fields.sort(key=lambda f: origin(f.name))  # stable: declaration order within a class
+    return {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory() for f in fields}
+
+
+def _accepted(name: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(_REGISTRY[name]) if f.init}
 
 
 def _check_kwargs(name: str, kwargs: dict, label: str) -> None:
-    accepted = accepted_kwargs(_REGISTRY[name])
-    if accepted is None:
-        return
+    accepted = _accepted(name)
     unknown = sorted(set(kwargs) - accepted)
     if unknown:
         hint = close_matches(unknown[0], accepted)
@@ -75,10 +167,10 @@ def _split_kwargs(names: list[str], kwargs: dict) -> list[dict]:
                 raise UserError(f"strategy_kwargs.{n} must be a mapping, got {kwargs[n]!r}")
             parts.append(dict(kwargs[n]))
             continue
-        accepted = accepted_kwargs(_REGISTRY[n])
-        kw = dict(flat) if accepted is None else {k: v for k, v in flat.items() if k in accepted}
+        accepted = _accepted(n)
+        kw = {k: v for k, v in flat.items() if k in accepted}
         taken |= set(kw)
-        takes |= accepted or set()
+        takes |= accepted
         parts.append(kw)
     unknown = sorted(set(flat) - taken)
     if unknown:
@@ -93,9 +185,9 @@ def validate_strategy(strategy: Any, kwargs: Any = None) -> list[tuple[str, dict
 
     Returns ``[(name, kwargs), ...]``, one pair per part. Raises :class:`~rlcurate.errors.UserError`
     for an unknown name (with the closest registered names), more than two parts, keyword arguments
-    that are not a mapping, or keyword arguments a factory does not take.
+    that are not a mapping, or keyword arguments that are not fields of the strategy's configuration.
     """
-    _load_builtins()
+    _discover()
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(strategy, str) or not strategy.strip():
         raise UserError(f"strategy must be a name such as 'uniform' or 'insight+ada_seq_balanced', got {strategy!r}")
@@ -104,8 +196,7 @@ def validate_strategy(strategy: Any, kwargs: Any = None) -> list[tuple[str, dict
     names = [s.strip() for s in strategy.split("+")]
     for n in names:
         if n not in _REGISTRY:
-            raise UserError(f"unknown strategy {n!r}{close_matches(n, _REGISTRY)}; available: "
-                            f"{', '.join(sorted(_REGISTRY))} (or a+b: the selector of a with the sampler of b)")
+            raise _unknown(n)
     if len(names) > 2:
         raise UserError(f"strategy {strategy!r}: compose at most two strategies (selector+sampler)")
     parts = _split_kwargs(names, kwargs)
@@ -114,12 +205,12 @@ def validate_strategy(strategy: Any, kwargs: Any = None) -> list[tuple[str, dict
     return list(zip(names, parts))
 
 
-def _call(name: str, kwargs: dict) -> Curator:
+def _build(name: str, kwargs: dict) -> Curator:
     try:
-        return _REGISTRY[name](**kwargs)
+        return _REGISTRY[name](**kwargs).build()
     except UserError:
         raise
-    except (ValueError, TypeError) as exc:  # a factory rejecting a value (or its type) the user gave
+    except (ValueError, TypeError) as exc:  # a part rejecting a value (or its type) the user gave
         raise UserError(f"strategy {name!r}, strategy_kwargs {kwargs}: {exc}") from exc
 
 
@@ -127,19 +218,8 @@ def build_curator(strategy: str, **kwargs) -> Curator:
     """Build the curator named ``strategy`` (see :func:`available`). For ``a+b``, keyword arguments
     may be split as ``{a: {...}, b: {...}}`` or given flat (then each part takes the ones it knows).
     Bad names or arguments raise :class:`~rlcurate.errors.UserError` (:func:`validate_strategy`)."""
-    parts = [_call(n, kw) for n, kw in validate_strategy(strategy, kwargs)]
+    parts = [_build(n, kw) for n, kw in validate_strategy(strategy, kwargs)]
     if len(parts) == 1:
         return parts[0]
     first, second = parts
     return Curator(first.selector, second.sampler, second.processors, name=strategy)
-
-
-BUILTIN_MODULES = ("strategies", "dapo", "prefilter", "ada", "gvm", "selection", "sage", "dro")
-
-
-def _load_builtins() -> None:
-    """Importing the strategy modules registers them."""
-    import importlib
-
-    for mod in BUILTIN_MODULES:
-        importlib.import_module(f"rlcurate.curation.{mod}")

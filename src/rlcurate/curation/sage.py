@@ -38,19 +38,8 @@ unchanged in between. The paper's rule (``rule="paper"``): level + 1 (at most 3)
 accuracy was < alpha = 0.35; the paper says nothing about lowering the level, so here it stays. The
 first visit has no hint.
 
-Where hints come from (``hint_source``):
-
-* ``"task"``: the task's own ``hint(problem, level)`` (arithmetic: the first ``level`` scratchpad
-  steps; the simulated world: a logit bonus per level). No generation, no compute.
-* ``"self"``: the policy writes the hints (online self-hinting): one generation per prompt with the
-  paper's hint prompt (:data:`HINT_SYSTEM_PROMPT`, :data:`HINT_USER_TEMPLATE`) given the question and the
-  reference solution, answering with JSON ``{"level_1": ..., "level_2": ..., "level_3": ...}``;
-  parsed leniently (:func:`parse_hint_payload`), up to ``max_retries`` generations for prompts whose
-  answer does not parse; if none parses, the fallback reveals the first ceil(level / 4 * steps)
-  reference steps (:func:`fallback_hints`). The hint generations are counted in the step's generated
-  tokens, calls and generation time (not in ``rollouts``, which counts graded completions) and in the
-  prompt's ``Group.generated_tokens``. Hints are cached per prompt for the step.
-* ``"auto"`` (default): ``"task"`` when the task has a ``hint`` method, otherwise ``"self"``.
+Where hints come from (``hint_source``: the task's own ``hint`` method, or hints the policy writes
+itself with the paper's hint prompt, counted as generated tokens): :mod:`rlcurate.curation.sage_hints`.
 
 For belief-based selectors (chapter 9) a rescued SAGE group carries its unhinted evidence in
 ``pool_successes`` / ``pool_size`` (the level-0 group: 0 of G); SAGE-LIGHT's hinted groups carry none.
@@ -58,210 +47,26 @@ For belief-based selectors (chapter 9) a rescued SAGE group carries its unhinted
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import time
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
-from rlcurate.curation.registry import register
+from rlcurate.curation.registry import StrategyConfig, register
+from rlcurate.curation.sage_hints import (
+    HINT_SYSTEM_PROMPT,
+    HINT_USER_TEMPLATE,
+    MAX_LEVEL,
+    HintSource,
+    fallback_hints,
+    parse_hint_payload,
+    render_hint_request,
+)
 
 __all__ = ["HINT_SYSTEM_PROMPT", "HINT_USER_TEMPLATE", "MAX_LEVEL", "HintSource", "SageSampler",
-           "SageLightSampler", "parse_hint_payload", "fallback_hints", "next_level_code", "next_level_paper"]
-
-MAX_LEVEL = 3
-
-# The hint-writing prompt of SAGE (paper appendix B; BaohaoLiao/SAGE recipe/hint/prompt.py), kept
-# verbatim because it is the experimental protocol: the system turn and the user-turn template.
-HINT_SYSTEM_PROMPT = """You are a tutoring assistant that generates progressive hints to help students solve difficult problems without revealing the solution directly.
-
-TASK:
-Given a question and its solution, generate 3 levels of hints that progressively guide the student toward solving the problem independently.
-
-HINT LEVELS:
-- Level 1: Minimal hint - Points to the key concept or approach without specifics
-- Level 2: Medium hint - Provides more direction on the method or intermediate steps
-- Level 3: Detailed hint - Gives substantial guidance while still requiring the student to complete the solution
-
-GUIDELINES:
-- Never reveal the final answer
-- Hints should inspire problem-solving, not just provide steps to copy
-- Tailor hint difficulty to bridge the gap between the student's level and the solution
-
-OUTPUT FORMAT:
-```json
-{
-    "level_1": "minimal hint text",
-    "level_2": "medium hint text",
-    "level_3": "detailed hint text"
-}
-```"""
-
-# (the released code has a space after "Question:"; the paper's appendix does not)
-HINT_USER_TEMPLATE = "Question: \n{problem}\n\nSolution:\n{solution}\n"
-
-_LEVEL_STRING = re.compile(r'["\']level_([1-9])["\']\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
-
-
-# ----------------------------------------------------------------------------------------------
-# Hints
-# ----------------------------------------------------------------------------------------------
-
-
-def parse_hint_payload(text: str, levels: int = MAX_LEVEL) -> dict[int, str] | None:
-    """The hints ``{1: ..., 2: ..., 3: ...}`` in a model's answer to the hint prompt, or ``None``
-    (chapter 7). Accepts a fenced ````json`` block, a bare object after some prose, or, when the
-    object is not valid JSON (a trailing comma, a cut-off tail), every ``"level_k": "..."`` string
-    pair found. Every level 1..``levels`` must be present as a non-empty string."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    body = text
-    fence = body.lower().find("```json")
-    if fence >= 0:
-        end = body.find("```", fence + 7)
-        body = body[fence + 7:] if end < 0 else body[fence + 7:end]
-    elif body.strip().startswith("```"):
-        start = body.find("```")
-        end = body.find("```", start + 3)
-        body = body[start + 3:] if end < 0 else body[start + 3:end]
-    found: dict[int, str] = {}
-    start, stop = body.find("{"), body.rfind("}")
-    if 0 <= start < stop:
-        try:
-            obj = json.loads(body[start:stop + 1])
-        except (json.JSONDecodeError, ValueError):
-            obj = None
-        if isinstance(obj, dict):
-            for key, value in obj.items():
-                m = re.fullmatch(r"level_([1-9])", str(key).strip())
-                if m and isinstance(value, str) and value.strip():
-                    found[int(m.group(1))] = value.strip()
-    if not all(k in found for k in range(1, levels + 1)):
-        for m in _LEVEL_STRING.finditer(body):
-            k = int(m.group(1))
-            if k in found:
-                continue
-            try:
-                value = json.loads(f'"{m.group(2)}"')
-            except (json.JSONDecodeError, ValueError):
-                value = m.group(2)
-            if value.strip():
-                found[k] = value.strip()
-    if not all(k in found for k in range(1, levels + 1)):
-        return None
-    return {k: found[k] for k in range(1, levels + 1)}
-
-
-def fallback_hints(problem, levels: int = MAX_LEVEL) -> dict[int, str]:
-    """Hints revealing reference steps when the policy's hint never parses (chapter 7): level l shows
-    the first max(1, ceil(l / (levels + 1) * n)) of the n steps (at most n), so level 3 of 3 shows
-    three quarters of the solution. Empty strings when the problem has no reference steps."""
-    steps = tuple(problem.solution)
-    n = len(steps)
-    out = {}
-    for lv in range(1, levels + 1):
-        k = min(n, max(1, math.ceil(lv / (levels + 1) * n))) if n else 0
-        out[lv] = problem.reveal(k)
-    return out
-
-
-def _solution_text(problem) -> str:
-    """The reference solution given to the hint writer: the steps, else the gold answer."""
-    if problem.solution:
-        return "\n".join(problem.solution)
-    return problem.answer or ""
-
-
-def render_hint_request(tokenizer, problem) -> str:
-    """The hint prompt of ``problem`` rendered with ``tokenizer``'s chat template (system turn plus
-    user turn; a template without a system role gets the system text at the top of the user turn)."""
-    from rlcurate.tasks.base import render_chat
-
-    user = HINT_USER_TEMPLATE.format(problem=problem.question, solution=_solution_text(problem))
-    try:
-        return render_chat(tokenizer, [{"role": "system", "content": HINT_SYSTEM_PROMPT},
-                                       {"role": "user", "content": user}])
-    except Exception:  # templates without a system role (the tiny model's) raise
-        return render_chat(tokenizer, [{"role": "user", "content": HINT_SYSTEM_PROMPT + "\n\n" + user}])
-
-
-class HintSource:
-    """The hints of a step's prompts at levels 1..``max_level``, from the task or written by the
-    policy (see the module docstring), cached per prompt for the step.
-
-    Counters over the run (self-hinting only): ``requests`` (prompts the policy was asked to hint),
-    ``attempts`` (batched hint generations made), ``failed`` (prompts that fell back to revealed
-    steps); ``tokens`` holds the hint tokens generated per prompt in the current step.
-    """
-
-    def __init__(self, source: str = "auto", max_level: int = MAX_LEVEL, max_retries: int = 3,
-                 max_new_tokens: int = 512):
-        if source not in ("auto", "task", "self"):
-            raise ValueError(f"hint_source must be 'auto', 'task' or 'self', got {source!r}")
-        if not 1 <= int(max_level) <= 9:
-            raise ValueError(f"max_level must lie in 1..9, got {max_level!r}")
-        if int(max_retries) < 1:
-            raise ValueError(f"max_retries must be >= 1, got {max_retries!r}")
-        self.source = source
-        self.max_level = int(max_level)
-        self.max_retries = int(max_retries)
-        self.max_new_tokens = int(max_new_tokens)
-        self._cache_step: int | None = None
-        self._cache: dict[int, dict[int, str]] = {}
-        self.tokens: dict[int, int] = {}  # hint tokens generated per prompt this step
-        self.requests = self.attempts = self.failed = 0
-
-    def kind(self, task) -> str:
-        if self.source != "auto":
-            return self.source
-        return "task" if callable(getattr(task, "hint", None)) else "self"
-
-    def hints(self, ctx: StepContext, indices: Sequence[int]) -> dict[int, dict[int, str]]:
-        """``{index: {level: hint text}}`` for the pool indices ``indices``."""
-        if self._cache_step != ctx.step:
-            self._cache_step, self._cache, self.tokens = ctx.step, {}, {}
-        need = [int(i) for i in dict.fromkeys(indices) if int(i) not in self._cache]
-        if need:
-            if self.kind(ctx.task) == "task":
-                for i in need:
-                    p = ctx.problems[i]
-                    self._cache[i] = {lv: ctx.task.hint(p, lv) for lv in range(1, self.max_level + 1)}
-            else:
-                self._cache.update(self._self_hints(ctx, need))
-        return {int(i): self._cache[int(i)] for i in indices}
-
-    def _self_hints(self, ctx: StepContext, indices: list[int]) -> dict[int, dict[int, str]]:
-        if ctx.tokenizer is None:
-            raise ValueError("self-hinting needs a tokenizer; this task has no hint() method")
-        out: dict[int, dict[int, str]] = {}
-        with_solution = [i for i in indices if _solution_text(ctx.problems[i]).strip()]
-        for i in indices:
-            if i not in with_solution:
-                out[i] = {lv: "" for lv in range(1, self.max_level + 1)}
-        prompts = {i: render_hint_request(ctx.tokenizer, ctx.problems[i]) for i in with_solution}
-        remaining = list(with_solution)
-        self.requests += len(remaining)
-        for _ in range(self.max_retries):
-            if not remaining:
-                break
-            written = ctx.generate_text([prompts[i] for i in remaining], self.max_new_tokens)
-            self.attempts += 1
-            still = []
-            for i, comp in zip(remaining, written):
-                self.tokens[i] = self.tokens.get(i, 0) + (len(comp.token_ids) if comp is not None else 0)
-                parsed = parse_hint_payload(comp.text if comp is not None else "", self.max_level)
-                if parsed is None:
-                    still.append(i)
-                else:
-                    out[i] = parsed
-            remaining = still
-        for i in remaining:
-            self.failed += 1
-            out[i] = fallback_hints(ctx.problems[i], self.max_level)
-        return out
+           "SageLightSampler", "parse_hint_payload", "fallback_hints", "render_hint_request", "next_level_code",
+           "next_level_paper", "SageConfig", "SageLightConfig"]
 
 
 def _positive(group: Group, threshold: float) -> bool:
@@ -464,22 +269,59 @@ class SageLightSampler(Sampler):
 # ----------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _HintOptions(StrategyConfig):
+    """The options both SAGE variants take (chapter 7)."""
+
+    max_level: int = MAX_LEVEL
+    """L, the strongest hint level (3)."""
+    positive_threshold: float = 0.0
+    """A reward above this is a positive (0: any non-zero reward, the paper's collapse indicator)."""
+    hint_source: str = "auto"
+    """``"task"`` (the task's ``hint`` method), ``"self"`` (the policy writes the hints from the
+    reference solution) or ``"auto"`` (``"task"`` when the task has hints)."""
+    max_retries: int = 3
+    """Self-hinting: generations per prompt until the hints parse (then reference steps are revealed)."""
+    hint_max_new_tokens: int = 512
+    """Self-hinting: longest hint answer in tokens."""
+
+
 @register("sage")
-def sage(max_level: int = MAX_LEVEL, positive_threshold: float = 0.0, hint_source: str = "auto",
-         max_retries: int = 3, hint_max_new_tokens: int = 512, regenerate: str = "collapsed") -> Curator:
+@dataclass
+class SageConfig(_HintOptions):
     """SAGE (Liao et al., 2026; chapter 7): roll out at level 0; prompts with no positive reward are
     re-rolled with hints of level 1, 2, 3 until one level gives a positive; train on-policy in (x, h).
     ``regenerate="all"`` re-runs the whole batch at each level, as the released code (its cost)."""
-    return Curator(Selector(), SageSampler(max_level, positive_threshold, hint_source, max_retries,
-                                           hint_max_new_tokens, regenerate), name="sage")
+
+    regenerate: str = "collapsed"
+    """``"collapsed"`` (each level rolls out the prompts still collapsed, the paper's Algorithm 1) or
+    ``"all"`` (each level re-runs every prompt of the step and keeps the hinted groups, the released
+    code)."""
+
+    def build(self) -> Curator:
+        return Curator(Selector(), SageSampler(self.max_level, self.positive_threshold, self.hint_source,
+                                               self.max_retries, self.hint_max_new_tokens, self.regenerate),
+                       name="sage")
 
 
 @register("sage_light")
-def sage_light(rule: str = "code", min_threshold: float = 0.1, max_threshold: float = 0.35, alpha: float = 0.35,
-               max_level: int = MAX_LEVEL, positive_threshold: float = 0.0, hint_source: str = "auto",
-               max_retries: int = 3, hint_max_new_tokens: int = 512) -> Curator:
+@dataclass
+class SageLightConfig(_HintOptions):
     """SAGE-LIGHT (Liao et al., 2026; chapter 7): one rollout group per prompt at a hint level set by
     the prompt's previous accuracy (code: +1 if <= 0.1, -1 if > 0.35; paper: +1 if < 0.35)."""
-    return Curator(Selector(), SageLightSampler(rule, min_threshold, max_threshold, alpha, max_level,
-                                                positive_threshold, hint_source, max_retries,
-                                                hint_max_new_tokens), name="sage_light")
+
+    rule: str = "code"
+    """The level schedule: ``"code"`` (the released code: up, down or unchanged by two thresholds) or
+    ``"paper"`` (up when the previous accuracy < ``alpha``, never down)."""
+    min_threshold: float = 0.1
+    """The code's rule: one level up when the previous accuracy is <= this (0.1 in the released run
+    script, 0.0 in its yaml)."""
+    max_threshold: float = 0.35
+    """The code's rule: one level down when the previous accuracy is > this."""
+    alpha: float = 0.35
+    """The paper's rule: one level up when the previous accuracy is < this."""
+
+    def build(self) -> Curator:
+        return Curator(Selector(), SageLightSampler(self.rule, self.min_threshold, self.max_threshold, self.alpha,
+                                                    self.max_level, self.positive_threshold, self.hint_source,
+                                                    self.max_retries, self.hint_max_new_tokens), name="sage_light")

@@ -60,16 +60,18 @@ are part of the state too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
-from rlcurate.curation.registry import register
+from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.beliefs import BetaBeliefs, insight_score, top_m
 
 __all__ = ["BeliefSelector", "InsightSelector", "MoPPSSelector", "ExpectedDifficultySelector",
-           "InverseEvidenceSelector", "group_evidence"]
+           "InverseEvidenceSelector", "group_evidence", "BeliefConfig", "InsightConfig", "MoPPSConfig",
+           "ExpectedDifficultyConfig", "InverseEvidenceConfig"]
 
 
 def group_evidence(group: Group, success_threshold: float = 1.0) -> tuple[float, float] | None:
@@ -294,50 +296,87 @@ class InverseEvidenceSelector(BeliefSelector):
         return -self.beliefs.evidence[candidates]
 
 
-def _curator(selector: BeliefSelector, name: str) -> Curator:
-    return Curator(selector, Sampler(), name=name)
+# ====================================================================================== registered names
+@dataclass
+class BeliefConfig(StrategyConfig):
+    """The options every belief selector takes (chapter 9); ``group_size`` rollouts per prompt."""
+
+    discount: float = 1.0
+    """lambda in (0, 1] of the belief update (1 keeps all evidence)."""
+    candidate_factor: int = 16
+    """M_hat / M, the size of the candidate set relative to the prompts per step."""
+    alpha0: float = 1.0
+    """alpha of the Beta prior."""
+    beta0: float = 1.0
+    """beta of the Beta prior."""
+    success_threshold: float = 1.0
+    """A reward >= this counts as a success."""
+    evidence: str = "generated"
+    """What updates the beliefs: ``"generated"`` (every unhinted group generated this step, kept or
+    not) or ``"trained"`` (the trained groups)."""
+    candidates: str = "random"
+    """``"random"`` (a fresh uniform draw per step) or ``"epoch"`` (chunks of a shuffled pass, every
+    prompt once per pass; MoPPS's code)."""
+
+    def selector(self) -> BeliefSelector:
+        raise NotImplementedError
+
+    def _belief_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(BeliefConfig)}
+
+    def build(self) -> Curator:
+        return Curator(self.selector(), Sampler(), name=self.name)
 
 
 @register("insight")
-def insight(eta: float = 3.0, mu: float = 0.3, K: int | None = None, discount: float = 1.0,
-            candidate_factor: int = 16, alpha0: float = 1.0, beta0: float = 1.0,
-            success_threshold: float = 1.0, evidence: str = "generated", candidates: str = "random") -> Curator:
+@dataclass
+class InsightConfig(BeliefConfig):
     """INSIGHT selection (Zhou et al., 2026; chapter 9): top-M of w(phi_bar) I(R_1..K; phi) over 16 M
     random candidates (a fresh draw per step, the paper's wording; ``candidates="epoch"`` for chunks of
     a shuffled pass); ``group_size`` rollouts each. K defaults to the group size; mu = 0.3 (the paper
     prints 3.0, a typo by its own sweep)."""
-    return _curator(InsightSelector(eta=eta, mu=mu, K=K, discount=discount, candidate_factor=candidate_factor,
-                                    alpha0=alpha0, beta0=beta0, success_threshold=success_threshold,
-                                    evidence=evidence, candidates=candidates), "insight")
+
+    eta: float = 3.0
+    """eta of the difficulty weight w(m) = m (1 - m) exp(-eta (m - mu)^2) (the paper's 3)."""
+    mu: float = 0.3
+    """mu of the difficulty weight (the best of the paper's sweep; its appendix prints 3.0)."""
+    K: int | None = None
+    """Rollouts K of the mutual information I(R_1..K; phi) (``None``: the group size)."""
+
+    def selector(self) -> BeliefSelector:
+        return InsightSelector(eta=self.eta, mu=self.mu, K=self.K, **self._belief_kwargs())
 
 
 @register("mopps")
-def mopps(target: float = 0.5, discount: float = 1.0, candidate_factor: int = 16, alpha0: float = 1.0,
-          beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated",
-          candidates: str = "epoch") -> Curator:
+@dataclass
+class MoPPSConfig(BeliefConfig):
     """MoPPS selection (Qu et al., 2025; chapter 9): Thompson draws, the M closest to 1/2 of each
     chunk of 16 M candidates of a shuffled pass (its code; ``candidates="random"`` for a fresh draw
     per step, this library's default before issue #13)."""
-    return _curator(MoPPSSelector(target=target, discount=discount, candidate_factor=candidate_factor,
-                                  alpha0=alpha0, beta0=beta0, success_threshold=success_threshold,
-                                  evidence=evidence, candidates=candidates), "mopps")
+
+    candidates: str = "epoch"
+    """``"epoch"`` (chunks of a shuffled pass, every prompt once per pass; MoPPS's code) or
+    ``"random"`` (a fresh uniform draw per step)."""
+    target: float = 0.5
+    """The pass rate the Thompson draws should be closest to."""
+
+    def selector(self) -> BeliefSelector:
+        return MoPPSSelector(target=self.target, **self._belief_kwargs())
 
 
 @register("expected_difficulty")
-def expected_difficulty(discount: float = 1.0, candidate_factor: int = 16, alpha0: float = 1.0,
-                        beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated",
-                        candidates: str = "random") -> Curator:
+@dataclass
+class ExpectedDifficultyConfig(BeliefConfig):
     """Expected-difficulty selection (baseline of INSIGHT; chapter 9): smallest |phi_bar - 1/2|."""
-    return _curator(ExpectedDifficultySelector(discount=discount, candidate_factor=candidate_factor, alpha0=alpha0,
-                                               beta0=beta0, success_threshold=success_threshold,
-                                               evidence=evidence, candidates=candidates), "expected_difficulty")
+
+    def selector(self) -> BeliefSelector:
+        return ExpectedDifficultySelector(**self._belief_kwargs())
 
 
 @register("inverse_evidence")
-def inverse_evidence(discount: float = 1.0, candidate_factor: int = 16, alpha0: float = 1.0,
-                     beta0: float = 1.0, success_threshold: float = 1.0, evidence: str = "generated",
-                     candidates: str = "random") -> Curator:
+@dataclass
+class InverseEvidenceConfig(BeliefConfig):
     """Inverse-evidence selection (baseline of INSIGHT; chapter 9): smallest alpha + beta."""
-    return _curator(InverseEvidenceSelector(discount=discount, candidate_factor=candidate_factor, alpha0=alpha0,
-                                            beta0=beta0, success_threshold=success_threshold,
-                                            evidence=evidence, candidates=candidates), "inverse_evidence")
+
+    def selector(self) -> BeliefSelector:
+        return InverseEvidenceSelector(**self._belief_kwargs())
