@@ -107,7 +107,7 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="style"):
         ArithmeticTask(style="plain")
     with pytest.raises(ValueError, match="split"):
-        ArithmeticTask().problems("validation")
+        ArithmeticTask().problems("dev")
     with pytest.raises(ValueError, match="n_test"):
         ArithmeticTask(n_test=-1)
     with pytest.raises(ValueError, match="test_fraction"):
@@ -328,3 +328,13 @@ def test_max_completion_chars_bounds_every_reference(level, seed, scratchpad):
     rng = np.random.default_rng(seed)
     for _ in range(20):
         assert len(t.target(t.sample(rng, "train"))) <= bound
+
+
+def test_the_validation_split_is_disjoint_from_train_and_test_and_leaves_them_unchanged():
+    """Chapter 10 chooses learning rates on it: the test side of the hash, none of the test prompts."""
+    task = ArithmeticTask(n_train=32, n_test=16)
+    train, test, val = (task.problems(s) for s in ("train", "test", "validation"))
+    assert len(val) == len(test) and not ({p.uid for p in val} & {p.uid for p in test})
+    assert all(task.split_of(p) == "test" for p in val) and not ({p.uid for p in val} & {p.uid for p in train})
+    fresh = ArithmeticTask(n_train=32, n_test=16)
+    assert [p.uid for p in fresh.problems("test")] == [p.uid for p in test]  # asking for it changes nothing

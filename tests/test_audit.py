@@ -246,7 +246,7 @@ def test_stop_on_reward_error_keeps_finished_chunks_and_resumes(engine, tmp_path
     (dict(task="no_such_task"), "not a known task"),
     (dict(task_kwargs={"levels": ["add99"]}), "level"),
     (dict(task_kwargs={"colour": "red"}), "colour"),
-    (dict(split="validation"), "split"),
+    (dict(split="dev"), "split"),
 ])
 def test_bad_task_input_is_named(engine, tmp_path, kw, match):
     with pytest.raises(AuditError, match=match):

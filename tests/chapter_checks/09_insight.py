@@ -46,6 +46,8 @@ def check(records):
     for row in sim.values():
         assert 0 < row["final"] < 1 and 0 <= row["eff"] <= 1
     assert abs(sim["inverse_evidence"]["final"] - sim["uniform"]["final"]) < 0.05
+    # speed-ups are relative to uniform's own rollouts to its final value (rlcurate.analysis): 1 by construction
+    assert sim["uniform"]["speedup"] == 1.0
     abl = records["ablations"]
     # the printed mu = 3.0 chases nearly solved prompts and explores far less of the pool
     assert abl["mu = 3.0 (as printed)"]["explored"] < abl["INSIGHT (defaults)"]["explored"]
@@ -61,6 +63,10 @@ def check(records):
     assert t1["R1-Distill-Qwen-7B"]["vs_best_online"] == 0.34
 
     # the tiny model's reference runs, where present (they are committed JSON, not made by the chapter)
+    # (chapter 10's comparison, rlcurate.analysis.compare_to_baseline): uniform is never faster than itself
     for suite in records["tiny"].values():
         for row in suite.values():
             assert 0 <= row["final"] <= 1 and row["seeds"] >= 1
+        if "uniform" in suite:
+            assert suite["uniform"]["ratio"] == 1.0 and suite["uniform"]["speedup"] == 1.0
+            assert suite["uniform"]["diff"] == 0.0
