@@ -86,3 +86,31 @@ def test_learning_rate_choice_and_power():
     d8, d16 = detectable_difference(0.01, 8), detectable_difference(0.01, 16)
     assert d16 < d8 and d8 == pytest.approx((2.365 + 0.896) * 0.01 / math.sqrt(8), rel=1e-2)
     assert detectable_difference(0.01, 8, arms=10) > d8
+
+
+def test_the_compare_command_reads_a_suite(tmp_path, capsys):
+    """``rlcurate compare`` prints the paired table of a suite's runs and the sweep's chosen rates."""
+    import json
+
+    import yaml
+
+    from rlcurate.cli import main
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rng = np.random.default_rng(0)
+    for seed in range(4):
+        shared = rng.normal(0, 0.05, 11)
+        for name, lift, lr in (("uniform", 0.0, 1e-4), ("better", 0.05, 2e-4)):
+            accs = list(np.clip(np.linspace(0.3, 0.7, 11) + shared + lift, 0, 1))
+            (runs / f"{name}_s{seed}.json").write_text(json.dumps(run(name, seed, accs, lr=lr)))
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "s", "base": "configs/base.yaml", "overrides": {"max_rollouts": 2560},
+                                     "runs": {"uniform": {}, "better": {"lr": 2e-4}}}))
+    assert main(["compare", "--suite", str(suite), "--runs", str(runs)]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("better"))
+    assert "+0.050" in line and line.split()[1] == "4"
+    assert main(["compare", "--suite", str(suite), "--runs", str(runs), "--sweep"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"uniform": 1e-4, "better": 2e-4}
+    assert main(["compare", "--suite", str(suite), "--runs", str(runs), "--baseline", "nope"]) == 2
+    assert "--baseline 'nope' has no runs" in capsys.readouterr().err

@@ -12,7 +12,7 @@ Layers, from the bottom (a module may import its own layer and those below):
 5. ``policy``: what a step asks of the model being trained
 6. ``curation``: the strategies and the step loop
 7. ``train``, ``sim``, ``audit``, ``interop``: the worlds and tools built on the loop
-8. programs: ``cli``, ``__main__``, ``experiments``, ``analysis``, ``presets``, ``book``, the
+8. programs: ``cli``, ``__main__``, ``experiments``, ``analysis``, ``compare``, ``presets``, ``book``, the
    command-line modules (``audit.cli``, ``models.warmstart``, ``rollout.server``)
 
 Imports used only for type checking (``if TYPE_CHECKING:``) and those in an ``if __name__ ==
@@ -33,7 +33,7 @@ LAYERS = [  # (module prefix, layer); the longest matching prefix wins
     ("rlcurate.policy", 5), ("rlcurate.curation", 6),
     ("rlcurate.train", 7), ("rlcurate.sim", 7), ("rlcurate.audit", 7), ("rlcurate.interop", 7),
     ("rlcurate.cli", 8), ("rlcurate.__main__", 8), ("rlcurate.experiments", 8), ("rlcurate.analysis", 8),
-    ("rlcurate.presets", 8), ("rlcurate.book", 8), ("rlcurate.audit.cli", 8), ("rlcurate.audit.__main__", 8),
+    ("rlcurate.presets", 8), ("rlcurate.compare", 8), ("rlcurate.book", 8), ("rlcurate.audit.cli", 8), ("rlcurate.audit.__main__", 8),
     ("rlcurate.models.warmstart", 8), ("rlcurate.rollout.server", 8),
 ]
 CURATION_INTERFACE = ("rlcurate.curation", "rlcurate.curation.base", "rlcurate.curation.step",

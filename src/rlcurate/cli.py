@@ -170,7 +170,7 @@ COMMANDS = {
     "warmstart": _delegate("rlcurate.models.warmstart"),
     "serve": _delegate("rlcurate.rollout.server"),
     "runs": _delegate("rlcurate.experiments"),
-    "compare": _delegate("rlcurate.comparison"),
+    "compare": _delegate("rlcurate.compare"),
     "strategies": _strategies,
 }
 

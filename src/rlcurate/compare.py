@@ -1,0 +1,58 @@
+"""``rlcurate compare``: chapter 10's paired table from a suite's committed runs, or the learning rate each
+arm takes from a validation sweep. The statistics are in :mod:`rlcurate.comparison`; this module only reads
+the runs and prints."""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import numpy as np
+
+from rlcurate._help import ArgumentParser, HelpFormatter, wrap
+from rlcurate.comparison import CURRENCIES, choose_lr, endpoint_values, paired, sweep_table
+from rlcurate.errors import UserError
+from rlcurate.experiments import load_results, load_suite
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rlcurate compare``: the tables of chapter 10's protocol from the committed runs of a suite."""
+    p = ArgumentParser(prog="rlcurate compare", formatter_class=HelpFormatter,
+                       description=wrap("The paired comparison of a suite's arms with its baseline at equal compute "
+                                        "(chapter 10), or the learning rate each arm takes from a validation sweep."))
+    p.add_argument("--suite", required=True, help="suite YAML (configs/suites/NAME.yaml)")
+    p.add_argument("--runs", help="result folder (default data/runs/<suite name>)")
+    p.add_argument("--sweep", action="store_true", help="the suite is a learning-rate sweep: print the chosen rates")
+    p.add_argument("--baseline", default="uniform", help="the arm every other arm is compared with")
+    p.add_argument("--measure", default="final", choices=["final", "area", "cost"],
+                   help="accuracy at the budget, area under the curve, or accuracy at a budget in --currency")
+    p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES))
+    p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
+    p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts)")
+    args = p.parse_args(argv)
+    suite = load_suite(args.suite)
+    results = load_results(args.runs or f"data/runs/{suite['name']}")
+    if not results:
+        raise UserError(f"no results of suite {suite['name']!r} in {args.runs or 'data/runs/' + suite['name']}")
+    budget = args.budget or float(suite["overrides"]["max_rollouts"])
+    if args.sweep:
+        table = sweep_table(results, budget)
+        chosen = {arm: choose_lr(scores) for arm, scores in table.items()}
+        for arm, scores in table.items():
+            cells = "  ".join(f"lr {lr:g}: {np.mean(v):.3f} ({len(v)})" for lr, v in sorted(scores.items()))
+            print(f"{arm:<20} {cells}   -> {chosen[arm]:g}")
+        print(json.dumps(chosen))
+        return 0
+    values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
+    if args.baseline not in values:
+        raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
+    table = paired(values, args.baseline)
+    print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
+          f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}; paired differences to {args.baseline}")
+    print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")
+    base = values[args.baseline]
+    print(f"{args.baseline:<20}{len(base):>6}{np.mean(list(base.values())):>8.3f}")
+    for arm, r in table.items():
+        print(f"{arm:<20}{r.n:>6}{np.mean(list(values[arm].values())):>8.3f}{r.mean:>+9.3f}"
+              f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>20}{r.p_t:>8.3f}{r.p_sign_flip:>10.3f}{r.p_holm:>10.3f}")
+    return 0
