@@ -46,6 +46,7 @@ def test_currencies_interpolate_at_a_common_cost():
     assert at_cost(r, "cost_sparse", 768, rho=2.0) == pytest.approx(0.3)
     assert at_cost(r, "cost_dense", 768, rho=1.0) == pytest.approx(0.3)
     assert at_cost(r, "tokens", 15 * 384) == pytest.approx(0.3)
+    assert at_cost(r, "steps", 3) == pytest.approx(0.3)  # evaluations at steps 0, 2, 4, 6
     with pytest.raises(ValueError, match="currency"):
         at_cost(r, "dollars", 1)
 

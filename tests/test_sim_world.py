@@ -95,3 +95,58 @@ def test_bad_input(world):
     with pytest.raises(ValueError, match="normalise"):
         policy_gradient(world, world.init_theta(), world.sample(world.init_theta(), [0], 2, np.random.default_rng(0)),
                         normalise="token")
+
+
+def test_adam_in_the_simulated_world_matches_torch_and_ignores_the_advantage_scale():
+    """The simulated policy's ``adam`` is the trainer's optimizer: torch's AdamW (betas 0.9, 0.99, no
+    weight decay) after clipping the global gradient norm; scaling every advantage by 10 leaves its
+    first step unchanged (SGD's grows tenfold): the step-size artifact of issue #15 cannot arise."""
+    torch = pytest.importorskip("torch")
+    from rlcurate.sim.bridge import SimPolicy
+
+    world = SoftmaxWorld.make(n_prompts=20, seed=3)
+    theta0 = world.init_theta()
+    rng = np.random.default_rng(0)
+    grads = [rng.normal(0, s, theta0.shape) for s in (0.3, 2.0, 0.05, 5.0)]  # two above the clip of 1
+    pol = SimPolicy(world, theta0, lr=0.01, optimizer="adam")
+    t = torch.tensor(theta0, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.AdamW([t], lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0)
+    for g in grads:
+        pol._step(g)
+        opt.zero_grad()
+        t.grad = -torch.tensor(g)  # torch descends; the policy ascends
+        torch.nn.utils.clip_grad_norm_([t], 1.0)
+        opt.step()
+    np.testing.assert_allclose(pol.theta, t.detach().numpy(), rtol=1e-9, atol=1e-15)  # float order differs
+
+    steps = {}
+    for opt_name in ("adam", "sgd"):
+        for scale in (1.0, 10.0):
+            p = SimPolicy(world, theta0, lr=0.01, optimizer=opt_name, grad_clip=0.0)
+            p._step(scale * grads[2])
+            steps[opt_name, scale] = np.linalg.norm(p.theta - theta0)
+    assert steps["adam", 10.0] == pytest.approx(steps["adam", 1.0], rel=1e-6)
+    assert steps["sgd", 10.0] == pytest.approx(10 * steps["sgd", 1.0])
+
+
+def test_the_simulated_validation_split_is_disjoint_and_leaves_the_old_splits_alone():
+    from rlcurate.curation import build_curator
+    from rlcurate.sim.bridge import SimTask, SimTrainer
+
+    world = SoftmaxWorld.make(n_prompts=100, seed=1)
+    old, new = SimTask(world, 0.2, seed=4), SimTask(world, 0.2, seed=4, validation_fraction=0.1)
+    assert np.array_equal(old.prompt_ids("test"), new.prompt_ids("test"))
+    assert len(old.prompt_ids("validation")) == 0 and len(new.prompt_ids("validation")) == 10
+    ids = [set(new.prompt_ids(s)) for s in ("train", "test", "validation")]
+    assert sum(map(len, ids)) == 100 and len(set().union(*ids)) == 100
+    tr = SimTrainer(world, build_curator("uniform"), optimizer="adam", lr=0.05, validation_fraction=0.1, seed=4,
+                    eval_split="validation", prompts_per_step=8, group_size=4)
+    assert set(tr.test_ids) == ids[2]
+    start = tr.held_out()
+    assert tr.run(20).records[-1]["held_out"] > start  # Adam at this rate learns on the validation prompts
+    with pytest.raises(ValueError, match="validation needs validation_fraction"):
+        SimTrainer(world, build_curator("uniform"), eval_split="validation")
+    with pytest.raises(ValueError, match="optimizer must be"):
+        SimTrainer(world, build_curator("uniform"), optimizer="rmsprop")
+    with pytest.raises(ValueError, match="must leave training prompts"):
+        SimTask(world, 0.5, validation_fraction=0.5)

@@ -43,6 +43,7 @@ CURRENCIES = {
     "cost_dense": "generated rollouts + rho x kept rollouts (every rollout of a kept group is trained, "
                   "as verl does)",
     "tokens": "model tokens: generated plus trained",
+    "steps": "optimizer steps (the papers' currency: extra sampling within a step is free)",
 }
 """The currencies a comparison can be stated in; ``rho`` is the cost of training one rollout relative
 to generating it (a timing benchmark measures it)."""
@@ -109,8 +110,10 @@ def cost(result: Mapping[str, Any], currency: str, rho: float = 1.0, key: str = 
         c = g + rho * np.array([r.get("total/trained_samples", 0) for r in recs], dtype=float)
     elif currency == "cost_dense":
         c = g + rho * np.array([r.get("total/kept_samples", 0) for r in recs], dtype=float)
-    else:
+    elif currency == "tokens":
         c = np.array([r.get("total/generated_tokens", 0) + r.get("total/trained_tokens", 0) for r in recs], dtype=float)
+    else:
+        c = np.array([r.get("step", 0) for r in recs], dtype=float)
     return c, np.array([r[key] for r in recs], dtype=float)
 
 

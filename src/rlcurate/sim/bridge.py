@@ -30,17 +30,26 @@ __all__ = ["SimTask", "SimEngine", "SimPolicy", "SimTrainer", "SimRunResult"]
 class SimTask(Task):
     """The world's prompts as problems; a completion's text is the index of the chosen answer.
 
-    ``split="train"`` and ``"test"`` partition the prompts by ``test_fraction`` (a fixed seeded draw).
+    ``split="train"``, ``"test"`` and ``"validation"`` partition the prompts by ``test_fraction`` and
+    ``validation_fraction`` (a fixed seeded draw; the validation prompts, for choosing a learning rate
+    without looking at the test prompts (chapter 10), come from the train side, and with the default
+    ``validation_fraction=0`` the train and test splits are those of earlier versions).
     A hint (chapter 7) is a level 1..3 written into the rendered prompt; the engine reads it back.
     """
 
     name = "sim"
 
-    def __init__(self, world: SoftmaxWorld, test_fraction: float = 0.2, seed: int = 0):
+    def __init__(self, world: SoftmaxWorld, test_fraction: float = 0.2, seed: int = 0,
+                 validation_fraction: float = 0.0):
         self.world = world
         order = np.random.default_rng(seed).permutation(world.n_prompts)
         n_test = int(round(test_fraction * world.n_prompts))
-        self._ids = {"test": np.sort(order[:n_test]), "train": np.sort(order[n_test:])}
+        n_val = int(round(validation_fraction * world.n_prompts))
+        if n_test + n_val >= world.n_prompts:
+            raise ValueError(f"test_fraction + validation_fraction must leave training prompts, got "
+                             f"{test_fraction} + {validation_fraction}")
+        self._ids = {"test": np.sort(order[:n_test]), "validation": np.sort(order[n_test:n_test + n_val]),
+                     "train": np.sort(order[n_test + n_val:])}
         self._problems = {
             split: [Problem(uid=f"sim/{i}", question=f"prompt {i}", answer="correct",
                             solution=("step 1", "step 2", "step 3"), meta={"prompt": int(i)})
@@ -50,11 +59,13 @@ class SimTask(Task):
 
     def prompt_ids(self, split: str) -> np.ndarray:
         """World indices of the prompts of ``split``."""
+        if split not in self._ids:
+            raise ValueError(f"split must be 'train', 'test' or 'validation', got {split!r}")
         return self._ids[split]
 
     def problems(self, split: str = "train") -> list[Problem]:
         if split not in self._problems:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+            raise ValueError(f"split must be 'train', 'test' or 'validation', got {split!r}")
         return self._problems[split]
 
     def messages(self, problem: Problem, hint: str | None = None) -> list[dict[str, str]]:
@@ -109,18 +120,45 @@ class SimRunResult:
 class SimPolicy:
     """The world's softmax policy at parameters ``theta`` (:class:`~rlcurate.policy.base.Policy`).
 
-    :meth:`update` is plain gradient ascent ``theta += lr * g`` with the token-mean estimator
+    :meth:`update` follows the token-mean estimate
     g = sum_j A_j w_j grad log pi(a_j | x_j) / (number of rollouts trained), exact policy-gradient
-    machinery on a one-token "completion" (w_j: the mean of the completion's token weights).
+    machinery on a one-token "completion" (w_j: the mean of the completion's token weights), with
+    ``optimizer``:
+
+    * ``"sgd"``: plain gradient ascent ``theta += lr * g`` (chapters 5-9; the step grows with |A|);
+    * ``"adam"``: the language-model trainer's optimizer: the global norm of g clipped to
+      ``grad_clip``, then Adam with the trainer's betas (0.9, 0.99), eps 1e-8 and bias correction,
+      whose step is insensitive to the scale of the advantages (chapter 10).
     """
 
     tokenizer = None
 
-    def __init__(self, world: SoftmaxWorld, theta: np.ndarray, lr: float = 0.5):
+    def __init__(self, world: SoftmaxWorld, theta: np.ndarray, lr: float = 0.5, optimizer: str = "sgd",
+                 betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8, grad_clip: float = 1.0):
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
         self.world = world
         self.theta = np.array(theta, dtype=float)
         self.lr = float(lr)
+        self.optimizer, self.betas, self.eps, self.grad_clip = optimizer, betas, eps, grad_clip
+        self._m = np.zeros_like(self.theta)
+        self._v = np.zeros_like(self.theta)
+        self._t = 0
         self.engine = SimEngine(world, self.theta)
+
+    def _step(self, g: np.ndarray) -> None:
+        if self.optimizer == "sgd":
+            self.theta = self.theta + self.lr * g
+            return
+        norm = float(np.linalg.norm(g))
+        if self.grad_clip > 0 and norm > self.grad_clip:
+            g = g * (self.grad_clip / (norm + 1e-6))  # torch.nn.utils.clip_grad_norm_'s coefficient
+        b1, b2 = self.betas
+        self._t += 1
+        self._m = b1 * self._m + (1 - b1) * g
+        self._v = b2 * self._v + (1 - b2) * g * g
+        m_hat, v_hat = self._m / (1 - b1 ** self._t), self._v / (1 - b2 ** self._t)
+        self.theta = self.theta + self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
     def generate(self, prompts, n, params, seed):
         self.engine.theta = self.theta
@@ -146,27 +184,34 @@ class SimPolicy:
                 coef.append(adv[k] * tw)
         if prompt:
             scores = self.world.score(self.theta, prompt, action, level)
-            self.theta = self.theta + self.lr * (np.asarray(coef) @ scores / len(prompt))
+            self._step(np.asarray(coef) @ scores / len(prompt))
         return {"trained_samples": len(prompt)}
 
 
 class SimTrainer:
     """Train the world's policy with a curation strategy (chapters 5-10): :func:`run_step` with a
-    :class:`SimPolicy`, held-out quality the exact mean pass rate of the test prompts (no sampling
-    noise)."""
+    :class:`SimPolicy`, held-out quality the exact mean pass rate of the ``eval_split`` prompts (no
+    sampling noise). ``optimizer`` is the policy's (``"sgd"`` or the trainer's ``"adam"``);
+    ``eval_split="validation"`` (with ``validation_fraction > 0``) reads prompts disjoint from the test
+    split, for choosing a learning rate; ``order_offset`` changes only the curator's random stream
+    (its prompt order), as the language-model trainer's does for the A/A control."""
 
     def __init__(self, world: SoftmaxWorld, curator: Curator, *, prompts_per_step: int = 32,
                  group_size: int = 8, lr: float = 0.5, advantage: str = "grpo", adv_eps: float = 1e-6,
-                 seed: int = 0, test_fraction: float = 0.2, theta: np.ndarray | None = None):
+                 seed: int = 0, test_fraction: float = 0.2, theta: np.ndarray | None = None,
+                 optimizer: str = "sgd", validation_fraction: float = 0.0, eval_split: str = "test",
+                 order_offset: int = 0):
         from rlcurate.rollout.base import SamplingParams
 
         self.world = world
-        self.task = SimTask(world, test_fraction, seed)
+        self.task = SimTask(world, test_fraction, seed, validation_fraction)
         self.curator = curator
         self.train_problems = self.task.problems("train")
-        self.test_ids = self.task.prompt_ids("test")
-        self.curator.bind(len(self.train_problems), seed)
-        self.policy = SimPolicy(world, world.init_theta() if theta is None else theta, lr)
+        self.test_ids = self.task.prompt_ids(eval_split)
+        if not len(self.test_ids):
+            raise ValueError(f"eval_split {eval_split!r} has no prompts (validation needs validation_fraction > 0)")
+        self.curator.bind(len(self.train_problems), seed + order_offset)  # the A/A control's other order
+        self.policy = SimPolicy(world, world.init_theta() if theta is None else theta, lr, optimizer)
         self.sampling = SamplingParams(max_new_tokens=1)
         self.B, self.n = prompts_per_step, group_size
         self.advantage, self.adv_eps, self.seed = advantage, adv_eps, seed
