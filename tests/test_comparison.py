@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from rlcurate.comparison import (area, at_budget, at_cost, choose_lr, coverage, detectable_difference, grid_curve,
-                                 holm, paired, sign_flip_p, sweep_table)
+from rlcurate.comparison import (area, at_budget, at_cost, choose_lr, compare_arms, coverage, detectable_difference,
+                                 grid_curve, holm, paired, sign_flip_p, sweep_table)
 
 
 def run(name, seed, accs, step_rollouts=128, grid=256, lr=1e-4):
@@ -113,5 +113,25 @@ def test_the_compare_command_reads_a_suite(tmp_path, capsys):
     assert "+0.050" in line and line.split()[1] == "4"
     assert main(["compare", "--suite", str(suite), "--runs", str(runs), "--sweep"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"uniform": 1e-4, "better": 2e-4}
+    # an A/A arm is a control: compared with the baseline outside the Holm family
+    for seed in range(4):
+        accs = list(np.clip(np.linspace(0.3, 0.7, 11) + rng.normal(0, 0.01, 11), 0, 1))
+        (runs / f"uniform_aa_s{seed}.json").write_text(json.dumps(run("uniform_aa", seed, accs)))
+    assert main(["compare", "--suite", str(suite), "--runs", str(runs)]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("uniform_aa"))
+    assert line.endswith("(control)")
     assert main(["compare", "--suite", str(suite), "--runs", str(runs), "--baseline", "nope"]) == 2
     assert "--baseline 'nope' has no runs" in capsys.readouterr().err
+
+
+def test_controls_stay_outside_the_holm_family():
+    rng = np.random.default_rng(3)
+    values = {a: {s: float(rng.normal(lift, 0.01)) for s in range(8)}
+              for a, lift in (("uniform", 0.0), ("a", 0.03), ("b", 0.0), ("uniform_aa", 0.0))}
+    table = compare_arms(values)
+    family = paired({a: v for a, v in values.items() if a != "uniform_aa"}, "uniform")
+    assert table["a"] == family["a"] and table["b"] == family["b"]  # the control does not enter Holm's m
+    alone = paired({"uniform": values["uniform"], "uniform_aa": values["uniform_aa"]}, "uniform")["uniform_aa"]
+    assert table["uniform_aa"] == alone and table["uniform_aa"].p_holm == table["uniform_aa"].p_t
+    with pytest.raises(ValueError, match="baseline"):
+        compare_arms({"a": values["a"]})

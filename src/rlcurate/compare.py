@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
-from rlcurate.comparison import CURRENCIES, choose_lr, endpoint_values, paired, sweep_table
+from rlcurate.comparison import CURRENCIES, choose_lr, compare_arms, endpoint_values, sweep_table
 from rlcurate.errors import UserError
 from rlcurate.experiments import load_results, load_suite
 
@@ -24,6 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--runs", help="result folder (default data/runs/<suite name>)")
     p.add_argument("--sweep", action="store_true", help="the suite is a learning-rate sweep: print the chosen rates")
     p.add_argument("--baseline", default="uniform", help="the arm every other arm is compared with")
+    p.add_argument("--control", action="append",
+                   help="an A/A control arm, compared with the baseline outside the Holm family (repeatable; "
+                        "default: every arm whose name ends in _aa)")
     p.add_argument("--measure", default="final", choices=["final", "area", "cost"],
                    help="accuracy at the budget, area under the curve, or accuracy at a budget in --currency")
     p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES))
@@ -46,13 +49,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
     if args.baseline not in values:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
-    table = paired(values, args.baseline)
+    controls = args.control if args.control is not None else [a for a in values if a.endswith("_aa")]
+    table = compare_arms(values, args.baseline, controls)
     print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
           f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}; paired differences to {args.baseline}")
     print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")
     base = values[args.baseline]
     print(f"{args.baseline:<20}{len(base):>6}{np.mean(list(base.values())):>8.3f}")
     for arm, r in table.items():
+        holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
         print(f"{arm:<20}{r.n:>6}{np.mean(list(values[arm].values())):>8.3f}{r.mean:>+9.3f}"
-              f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>20}{r.p_t:>8.3f}{r.p_sign_flip:>10.3f}{r.p_holm:>10.3f}")
+              f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>20}{r.p_t:>8.3f}{r.p_sign_flip:>10.3f}{holm}")
     return 0

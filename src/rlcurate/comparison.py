@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
-           "Paired", "paired", "holm", "sign_flip_p", "detectable_difference", "coverage"]
+           "Paired", "paired", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage"]
 
 CURRENCIES = {
     "rollouts": "generated rollouts",
@@ -202,6 +202,21 @@ def paired(values: Mapping[str, Mapping[int, float]], baseline: str, level: floa
         out[arm] = Paired(d.size, float(d.mean()), sd, low, high, p_t, sign_flip_p(d) if d.size <= 20 else float("nan"))
     adjusted = holm({a: r.p_t for a, r in out.items()})
     return {a: Paired(**{**r.__dict__, "p_holm": adjusted[a]}) for a, r in out.items()}
+
+
+def compare_arms(values: Mapping[str, Mapping[int, float]], baseline: str = "uniform",
+                 controls: Sequence[str] = ("uniform_aa",), level: float = 0.95) -> dict[str, Paired]:
+    """The table of a suite (chapter 10): :func:`paired` over every arm but the ``controls``, with Holm's
+    adjustment across those arms, then each control (an A/A arm) paired with the baseline on its own,
+    outside the family (its ``p_holm`` is its unadjusted p-value). Controls without runs are skipped."""
+    family = {a: v for a, v in values.items() if a not in controls}
+    if baseline not in family:
+        raise ValueError(f"the baseline {baseline!r} has no values; arms: {', '.join(values)}")
+    table = paired(family, baseline, level) if len(family) > 1 else {}
+    for c in controls:
+        if c in values:
+            table[c] = paired({baseline: values[baseline], c: values[c]}, baseline, level)[c]
+    return table
 
 
 def detectable_difference(sd: float, n: int, arms: int = 1, alpha: float = 0.05, power: float = 0.8) -> float:
