@@ -405,7 +405,7 @@ def _advice(gate: dict | None, G: int, prior, reliability: dict) -> dict | None:
     out["text"] = (f"{head}; groups of {2 * G} would make {_pct(doubled['share'])} mixed ({source}) at twice the "
                    f"rollouts, and mixed prompts per 100 rollouts go from {per:.1f} to {per2:.1f}. More rollouts per "
                    "prompt pay only when prompts, not rollouts, are scarce; prompts truly always right or wrong need "
-                   "other data or hints (chapter 4)")
+                   "other data or hints (chapter 7)")
     return out
 
 
