@@ -87,6 +87,18 @@ def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
                    "strategy 'ada_seq_balanced'", "correction")
 
 
+def test_sage_hint_mode_the_strategy_rejects(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["strategy=sage", "strategy_kwargs={hint_mode: users}"],
+                   "strategy 'sage'", "hint_mode must be 'auto', 'prefix'", "got 'users'")
+
+
+def test_sage_prefix_hints_on_a_task_that_cannot_place_them(capsys, tmp_path):
+    # the tiny style without a scratchpad has no scratchpad to start: hints go into the user turn only
+    _train_refused(capsys, tmp_path, ["strategy=sage", "strategy_kwargs={hint_mode: prefix}",
+                                      "task_kwargs={scratchpad: false}"],
+                   "strategy 'sage' with task 'arithmetic'", "takes hint_mode 'auto' or 'user'")
+
+
 def test_validate_strategy_checks_without_building():
     from rlcurate.curation.registry import validate_strategy
 

@@ -175,8 +175,8 @@ class StepContext:
         counters: what this step has spent so far (:class:`StepCounters`).
 
     Abilities, each accounted for: :meth:`generate`, :meth:`generate_text`, :meth:`more_prompts`,
-    :meth:`sequence_logprobs`, :meth:`grad_norms`. Generation seeds come from (run seed, step, call
-    number), so a resumed run reproduces every sample.
+    :meth:`sequence_logprobs` (and :meth:`sequence_logprobs_and_ranks`), :meth:`grad_norms`.
+    Generation seeds come from (run seed, step, call number), so a resumed run reproduces every sample.
 
     ``engine`` and ``tokenizer`` may be given instead of a ``policy`` (tests, notebooks, selectors fed
     by another trainer): a policy that samples with that engine and scores nothing.
@@ -206,12 +206,16 @@ class StepContext:
         self._more_prompts: Callable[[int], list[int]] | None = None  # bound by the Curator to its selector
 
     # ------------------------------------------------------------------ generation
-    def render(self, index: int, hint: str | None = None) -> str:
-        """The prompt text of problem ``index``, with ``hint`` written in where the task puts hints."""
+    def render(self, index: int, hint: str | None = None, hint_mode: str | None = None) -> str:
+        """The prompt text of problem ``index``, with ``hint`` written in where the task puts hints, or
+        where ``hint_mode`` says (``"prefix"``: start of the assistant turn, ``"user"``: the user turn;
+        chapter 7). With ``hint_mode=None`` the task's own placement, as before."""
         problem = self.problems[index]
         if self._render is not None:
-            return self._render(problem, hint)
-        return self.task.render(problem, self.tokenizer, hint=hint)
+            return self._render(problem, hint) if hint_mode is None else self._render(problem, hint, hint_mode)
+        if hint_mode is None:
+            return self.task.render(problem, self.tokenizer, hint=hint)
+        return self.task.render(problem, self.tokenizer, hint=hint, hint_mode=hint_mode)
 
     def _next_seed(self) -> int:
         self._calls += 1
@@ -227,18 +231,18 @@ class StepContext:
         return out
 
     def generate(self, indices: Sequence[int], n, hints: Sequence[str | None] | None = None,
-                 hint_levels: Sequence[int] | None = None) -> list[Group]:
+                 hint_levels: Sequence[int] | None = None, hint_mode: str | None = None) -> list[Group]:
         """Sample ``n`` (a number or one per prompt) completions for each problem index at the run's
         sampling parameters, score them with the task, and return one :class:`Group` per index (groups
         of size 0 included). ``hints[k]`` is written into prompt k (``hint_levels[k]`` records its
-        level). Costs: every rollout and token is added to :attr:`counters`; this is the only way a
-        strategy gets scored rollouts."""
+        level), placed as ``hint_mode`` says (:meth:`render`). Costs: every rollout and token is added
+        to :attr:`counters`; this is the only way a strategy gets scored rollouts."""
         indices = [int(i) for i in indices]
         hints = list(hints) if hints is not None else [None] * len(indices)
         levels = list(hint_levels) if hint_levels is not None else [0] * len(indices)
         if len(hints) != len(indices) or len(levels) != len(indices):
             raise ValueError("hints and hint_levels need one entry per index")
-        prompts = [self.render(i, h) for i, h in zip(indices, hints)]
+        prompts = [self.render(i, h, hint_mode) for i, h in zip(indices, hints)]
         out = self._sample(prompts, n, self._sampling)
         t1 = time.perf_counter()
         groups = []
@@ -284,6 +288,14 @@ class StepContext:
         pass; not counted as generation. ``None`` when the policy cannot score token sequences (the
         simulated world)."""
         return getattr(self._policy, "sequence_logprobs", None)
+
+    @property
+    def sequence_logprobs_and_ranks(self) -> Callable[..., list[tuple[np.ndarray, np.ndarray]]] | None:
+        """``sequence_logprobs_and_ranks(contexts, continuations, token_budget=None)``: as
+        :attr:`sequence_logprobs`, each continuation token's log-probability paired with its rank under
+        the policy (1: the most likely token; DRO's dataset filter, chapter 8). Costs a forward pass;
+        ``None`` when the policy cannot score token sequences (the simulated world)."""
+        return getattr(self._policy, "sequence_logprobs_and_ranks", None)
 
     @property
     def grad_norms(self) -> Callable[[Group], np.ndarray] | None:
@@ -334,15 +346,17 @@ class Selector(Part):
         return stream("epoch_order", self.seed, self.epoch).permutation(self.n_items)
 
     def draw(self, k: int) -> list[int]:
-        """The next ``k`` prompts of the epoch order (wrapping into the next epoch)."""
+        """The next ``k`` prompts of the epoch order (wrapping into the next epoch). A selector that
+        passes over a subset of the pool overrides only :meth:`_epoch_order`."""
         out: list[int] = []
         while len(out) < k:
             if self._order is None:
                 self._order = self._epoch_order()
-            take = min(k - len(out), self.n_items - self.cursor)
+            n = len(self._order)
+            take = min(k - len(out), n - self.cursor)
             out.extend(int(i) for i in self._order[self.cursor:self.cursor + take])
             self.cursor += take
-            if self.cursor >= self.n_items:
+            if self.cursor >= n:
                 self.epoch, self.cursor, self._order = self.epoch + 1, 0, None
         return out
 

@@ -34,11 +34,17 @@ Three uses, switchable (``use_as``, ``filter_fraction``):
     of y), then the span is rescaled to mean 1, so an answer keeps its total weight and only
     redistributes it toward the positions where the reference tokens depend on the reasoning. A
     completion without a delimiter gets weight 1 everywhere.
-``use_as="both"`` both of the above; ``use_as="none"`` neither (only the filter).
-``filter_fraction`` (the query filter, paper section 4.2.2)
+``use_as="both"`` both of the above; ``use_as="none"`` neither (only the per-step group filter).
+``filter_fraction`` (the per-step group filter; *not* the paper's query filter)
     score each group (query) by max_j sigma_j and drop the groups whose score is among the lowest
     ``floor(filter_fraction * B)`` of the batch (ties: the earlier group is dropped first), keeping at
-    least one. 0 (default) is off: the paper's cutoff is "based on data size and capacity".
+    least one. 0 (default) is off. **It saves no compute**: the dropped groups were already generated
+    (and scored) this step, and are counted; it only changes which generated groups are trained on.
+    The paper's query filter (section 4.2.2) prunes the *dataset* every so often from rollouts drawn
+    for the purpose, so that later steps never sample the dropped queries: that is the selector of
+    :mod:`rlcurate.curation.dro_filter` (strategy ``dro_filter``, composed with these uses as
+    ``dro_filter+dro``). The option keeps its name because the book's chapter 8 and the recorded runs
+    (configs/suites/dro.yaml, end_to_end.yaml) use it.
 
 DRO needs the language-model policy (``ctx.sequence_logprobs``, ``ctx.tokenizer``): it does not run on the
 simulated world.
@@ -56,7 +62,7 @@ from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector,
 from rlcurate.curation.registry import StrategyConfig, register
 
 __all__ = ["DROProcessor", "DROStats", "DroConfig", "reference_answer_text", "reasoning_token_count",
-           "reflectivity_weights", "r3_scores", "answer_span_weights"]
+           "reflectivity_weights", "r3_scores", "answer_span_weights", "split_reasoning", "reference_contexts"]
 
 USES = ("reward", "token_weights", "both", "none")
 
@@ -127,6 +133,63 @@ def answer_span_weights(n_tokens: int, answer_start: int | None, weights: np.nda
     return tw
 
 
+def split_reasoning(task, text: str) -> tuple[str, bool]:
+    """``(reasoning, has_answer)`` of a completion: the text before the task's answer delimiter
+    (``task.split``) and True, or the whole text and False when the task has no ``split`` method, the
+    completion has no answer, or the splitter fails on it (chapter 8)."""
+    splitter = getattr(task, "split", None)
+    if callable(splitter):
+        try:
+            reasoning, answer = splitter(text)
+        except Exception:  # a task's splitter must not kill a run on model text
+            return text, False
+        if answer is not None and isinstance(reasoning, str) and text.startswith(reasoning):
+            return reasoning, True
+    return text, False
+
+
+def reference_contexts(ctx: StepContext, groups: Sequence[Group], answer_template: str | None = None,
+                       append_eos: bool = True):
+    """What teacher-forcing the reference answer after every rollout's reasoning needs (chapter 8).
+
+    Returns ``(plans, contexts, answers, owner)``: one plan per group, ``None`` for an empty group or
+    an empty reference, else ``(k_i, answer_start_i, y_ids)`` (tokens of the reasoning c_i, first
+    answer token or None, the reference answer's token ids); and, flat over the rollouts of the
+    planned groups, the context (prompt + c_i), the continuation (y) and the position of its group."""
+    tok = ctx.tokenizer
+    eos = tok.eos_token_id
+    contexts, answers, owner = [], [], []
+    plans: list[tuple[list[int], list[int | None], list[int]] | None] = []
+    for gi, g in enumerate(groups):
+        if not g.size:
+            plans.append(None)
+            continue
+        y_text = reference_answer_text(ctx.task, g.problem, answer_template)
+        y_ids = list(tok.encode(y_text, add_special_tokens=False))
+        if append_eos and eos is not None:
+            y_ids.append(int(eos))
+        if not y_ids:
+            plans.append(None)
+            continue
+        ks, starts = [], []
+        for c in g.completions:
+            prompt_ids = list(c.prompt_token_ids) or list(tok.encode(g.prompt, add_special_tokens=False))
+            ids = list(c.token_ids)
+            reasoning, has_answer = split_reasoning(ctx.task, c.text)
+            if has_answer:
+                k = reasoning_token_count(tok, ids, len(reasoning))
+                starts.append(k)
+            else:
+                k = len(ids) - 1 if ids and eos is not None and ids[-1] == eos else len(ids)
+                starts.append(None)
+            ks.append(k)
+            contexts.append(prompt_ids + ids[:k])
+            answers.append(y_ids)
+            owner.append(gi)
+        plans.append((ks, starts, y_ids))
+    return plans, contexts, answers, owner
+
+
 @dataclass
 class DROStats:
     """What DRO computed for one group (chapter 8)."""
@@ -147,8 +210,9 @@ class DROStats:
 
 
 class DROProcessor(Processor):
-    """DRO's R3 as reward and/or token weights, and its variance-based query filter (chapter 8);
-    see the module docstring for the rule and :class:`DroConfig` for the arguments.
+    """DRO's R3 as reward and/or token weights, and the per-step group filter on max_j sigma_j
+    (chapter 8; it saves no compute, see the module docstring; the paper's dataset-level query filter
+    is :class:`rlcurate.curation.dro_filter.DroFilterSelector`). See :class:`DroConfig` for the arguments.
 
     After each step ``last_stats`` holds one :class:`DROStats` per input group (None for empty groups)
     and ``last_dropped`` the positions of the groups the filter removed.
@@ -178,54 +242,13 @@ class DROProcessor(Processor):
         self.last_dropped: list[int] = []
 
     # ------------------------------------------------------------------ statistics
-    def _split(self, task, text: str) -> tuple[str, bool]:
-        splitter = getattr(task, "split", None)
-        if callable(splitter):
-            try:
-                reasoning, answer = splitter(text)
-            except Exception:  # a task's splitter must not kill a run on model text
-                return text, False
-            if answer is not None and isinstance(reasoning, str) and text.startswith(reasoning):
-                return reasoning, True
-        return text, False
-
     def statistics(self, ctx: StepContext, groups: Sequence[Group]) -> list[DROStats | None]:
         """Teacher-force each group's reference answer after each rollout's reasoning (one batched
         pass over all groups) and compute l, sigma, w, R3."""
         if ctx.tokenizer is None or ctx.sequence_logprobs is None:
             raise ValueError("DRO needs the language-model policy and its tokenizer (ctx.sequence_logprobs, ctx.tokenizer); "
                              "it cannot run on the simulated world")
-        tok = ctx.tokenizer
-        eos = tok.eos_token_id
-        contexts, answers, owner = [], [], []
-        plans: list[tuple[list[int], list[int | None], list[int]] | None] = []
-        for gi, g in enumerate(groups):
-            if not g.size:
-                plans.append(None)
-                continue
-            y_text = reference_answer_text(ctx.task, g.problem, self.answer_template)
-            y_ids = list(tok.encode(y_text, add_special_tokens=False))
-            if self.append_eos and eos is not None:
-                y_ids.append(int(eos))
-            if not y_ids:
-                plans.append(None)
-                continue
-            ks, starts = [], []
-            for c in g.completions:
-                prompt_ids = list(c.prompt_token_ids) or list(tok.encode(g.prompt, add_special_tokens=False))
-                ids = list(c.token_ids)
-                reasoning, has_answer = self._split(ctx.task, c.text)
-                if has_answer:
-                    k = reasoning_token_count(tok, ids, len(reasoning))
-                    starts.append(k)
-                else:
-                    k = len(ids) - 1 if ids and eos is not None and ids[-1] == eos else len(ids)
-                    starts.append(None)
-                ks.append(k)
-                contexts.append(prompt_ids + ids[:k])
-                answers.append(y_ids)
-                owner.append(gi)
-            plans.append((ks, starts, y_ids))
+        plans, contexts, answers, owner = reference_contexts(ctx, groups, self.answer_template, self.append_eos)
         ells = ctx.sequence_logprobs(contexts, answers, token_budget=self.token_budget) if contexts else []
         rows: dict[int, list[np.ndarray]] = {}
         for gi, e in zip(owner, ells):
@@ -246,7 +269,8 @@ class DROProcessor(Processor):
 
     # ------------------------------------------------------------------ the three uses
     def filter(self, stats: Sequence[DROStats | None]) -> list[int]:
-        """Positions of the groups the query filter keeps (in order)."""
+        """Positions of the groups the per-step group filter keeps (in order). The groups it drops
+        were generated already: it saves no compute."""
         n = len(stats)
         n_drop = min(int(math.floor(self.filter_fraction * n + 1e-9)), max(n - 1, 0))
         if n_drop <= 0:
@@ -294,16 +318,23 @@ class DROProcessor(Processor):
 @dataclass
 class DroConfig(StrategyConfig):
     """DRO (Xu et al., 2025; chapter 8): the reasoning-reflective reference-answer likelihood R3 as the
-    reward (``use_as="reward"``), as per-token loss weights (``"token_weights"``), or both; plus the
-    query filter dropping the ``filter_fraction`` of groups with the lowest max_j sigma_j (off by
-    default). ``weight_power`` k of w_j = sigma_j^k / mean sigma^k; ``reward_mix`` the share of R3 in
-    the reward (1: replace); ``answer_template`` e.g. ``"#{answer}"`` overrides the task's format."""
+    reward (``use_as="reward"``), as per-token loss weights (``"token_weights"``), or both; plus a
+    per-step group filter dropping the ``filter_fraction`` of each batch's already generated groups
+    with the lowest max_j sigma_j (off by default; it saves no compute). ``weight_power`` k of
+    w_j = sigma_j^k / mean sigma^k; ``reward_mix`` the share of R3 in the reward (1: replace);
+    ``answer_template`` e.g. ``"#{answer}"`` overrides the task's format.
+
+    The paper's query filter, which prunes the dataset every so many steps from rollouts of its own
+    (and so does save the rollouts of the dropped queries), is the selector ``dro_filter``:
+    ``strategy: dro_filter+dro`` combines it with these uses."""
 
     use_as: str = "reward"
-    """``"reward"`` (the paper's use), ``"token_weights"``, ``"both"`` or ``"none"`` (only the filter)."""
+    """``"reward"`` (the paper's use), ``"token_weights"``, ``"both"`` or ``"none"`` (only the
+    per-step group filter)."""
     filter_fraction: float = 0.0
-    """Share in [0, 1) of a batch's groups dropped by the query filter, lowest max_j sigma_j first
-    (0: off; the paper's cutoff is "based on data size and capacity")."""
+    """The per-step group filter: share in [0, 1) of a batch's already generated groups dropped,
+    lowest max_j sigma_j first (0: off). It saves no compute (the dropped groups were generated and
+    are counted); the paper's dataset-level query filter is the selector ``dro_filter``."""
     weight_power: float = 1.0
     """k of the reflectivity weights w_j = sigma_j^k / mean sigma^k (0: the plain log-likelihood)."""
     reward_mix: float = 1.0

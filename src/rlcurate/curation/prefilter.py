@@ -194,17 +194,7 @@ class PrefilterSelector(Selector):
     def draw(self, k: int) -> list[int]:
         if self.kept is None:
             raise RuntimeError("PrefilterSelector.draw before the first select: the audit has not run")
-        out: list[int] = []
-        n = len(self.kept)
-        while len(out) < k:
-            if self._order is None:
-                self._order = self._epoch_order()
-            take = min(k - len(out), n - self.cursor)
-            out.extend(int(i) for i in self._order[self.cursor:self.cursor + take])
-            self.cursor += take
-            if self.cursor >= n:
-                self.epoch, self.cursor, self._order = self.epoch + 1, 0, None
-        return out
+        return super().draw(k)
 
     def select(self, ctx: StepContext, k: int) -> list[int]:
         if self.kept is None:

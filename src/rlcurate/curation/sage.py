@@ -41,6 +41,16 @@ first visit has no hint.
 Where hints come from (``hint_source``: the task's own ``hint`` method, or hints the policy writes
 itself with the paper's hint prompt, counted as generated tokens): :mod:`rlcurate.curation.sage_hints`.
 
+What a hint may say and where it goes (``hint_mode``, both variants; the rule:
+:mod:`rlcurate.tasks.hints`). ``"user"`` is SAGE's own rule: the hint is placed in the user turn
+and never contains the final answer (task hints: the reference steps, never the last one and none
+from the first step that states the answer on; self-written hints: cut before the sentence that
+states it). ``"prefix"`` is the contrast, partial-solution prefixing: the first ``level`` reference
+steps start the assistant turn, and at a level as high as the number of steps the whole solution is
+given. The default ``"auto"`` is what earlier versions did (the tiny arithmetic task: ``"prefix"``;
+self-written hints: user turn, no answer guard); it is kept as the default so that the committed
+reference runs, made with it, stay valid. Set ``hint_mode: user`` for SAGE's rule.
+
 For belief-based selectors (chapter 9) a rescued SAGE group carries its unhinted evidence in
 ``pool_successes`` / ``pool_size`` (the level-0 group: 0 of G); SAGE-LIGHT's hinted groups carry none.
 """
@@ -55,6 +65,7 @@ import numpy as np
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.curation.sage_hints import (
+    HINT_MODES,
     HINT_SYSTEM_PROMPT,
     HINT_USER_TEMPLATE,
     MAX_LEVEL,
@@ -64,7 +75,7 @@ from rlcurate.curation.sage_hints import (
     render_hint_request,
 )
 
-__all__ = ["HINT_SYSTEM_PROMPT", "HINT_USER_TEMPLATE", "MAX_LEVEL", "HintSource", "SageSampler",
+__all__ = ["HINT_MODES", "HINT_SYSTEM_PROMPT", "HINT_USER_TEMPLATE", "MAX_LEVEL", "HintSource", "SageSampler",
            "SageLightSampler", "parse_hint_payload", "fallback_hints", "render_hint_request", "next_level_code",
            "next_level_paper", "SageConfig", "SageLightConfig"]
 
@@ -90,6 +101,8 @@ class SageSampler(Sampler):
         regenerate: ``"collapsed"`` (default: each level rolls out the prompts still collapsed) or
             ``"all"`` (the released code: each level re-runs every prompt of the step and keeps the
             hinted groups); see the module docstring.
+        hint_mode: ``"auto"`` (default, earlier versions' hints), ``"prefix"`` or ``"user"`` (SAGE's
+            rule); see the module docstring.
 
     ``last_stats`` after each step: prompts collapsed at level 0, prompts rolled out at each level,
     prompts rescued (a positive at some level).
@@ -98,23 +111,34 @@ class SageSampler(Sampler):
     name = "sage"
 
     def __init__(self, max_level: int = MAX_LEVEL, positive_threshold: float = 0.0, hint_source: str = "auto",
-                 max_retries: int = 3, hint_max_new_tokens: int = 512, regenerate: str = "collapsed"):
+                 max_retries: int = 3, hint_max_new_tokens: int = 512, regenerate: str = "collapsed",
+                 hint_mode: str = "auto"):
         if regenerate not in ("collapsed", "all"):
             raise ValueError(f"regenerate must be 'collapsed' or 'all', got {regenerate!r}")
         self.regenerate = regenerate
         self.max_level = int(max_level)
         self.positive_threshold = float(positive_threshold)
-        self.hints = HintSource(hint_source, self.max_level, max_retries, hint_max_new_tokens)
+        self.hints = HintSource(hint_source, self.max_level, max_retries, hint_max_new_tokens, hint_mode)
+        self.hint_mode = hint_mode
         self.last_stats: dict[str, Any] = {}
+
+    def check_task(self, task) -> None:
+        """Refuse a ``hint_mode`` the task cannot place (``ValueError``; the trainer calls it before the
+        model loads)."""
+        self.hints.check_task(task)
 
     def metrics(self) -> dict[str, float]:
         st = self.last_stats or {}
         levels = st.get("rolled_at_level", [])
         out = {"sage_collapsed": st.get("collapsed", 0), "sage_rescued": st.get("rescued", 0)}
         out.update({f"sage_rolled_level{lv}": n for lv, n in enumerate(levels)})
+        if self.hint_mode == "user":  # self-written hint levels cut for stating the answer, so far
+            out["sage_hint_levels_cut"] = self.hints.cut
         return out
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
+        self.hints.check_task(ctx.task)
+        mode = self.hints.render_mode
         G = ctx.group_size
         groups = ctx.generate(indices, G)
         collapsed = [k for k, g in enumerate(groups) if g.size and not _positive(g, self.positive_threshold)]
@@ -135,7 +159,8 @@ class SageSampler(Sampler):
                 want = set(todo)
                 every = ctx.generate(indices, G, hints=[hints[indices[k]][level] if k in want else None
                                                         for k in range(len(indices))],
-                                     hint_levels=[level if k in want else 0 for k in range(len(indices))])
+                                     hint_levels=[level if k in want else 0 for k in range(len(indices))],
+                                     hint_mode=mode)
                 new = [every[k] for k in todo]
                 for k, g in enumerate(every):
                     if k in want:
@@ -149,7 +174,7 @@ class SageSampler(Sampler):
                 stats["rolled_at_level"][level] = len(indices)
             else:
                 new = ctx.generate([indices[k] for k in todo], G, hints=[hints[indices[k]][level] for k in todo],
-                                   hint_levels=[level] * len(todo))
+                                   hint_levels=[level] * len(todo), hint_mode=mode)
                 stats["rolled_at_level"][level] = len(todo)
             for k, g in zip(todo, new):
                 gen, tok = spent[k]
@@ -202,7 +227,7 @@ class SageLightSampler(Sampler):
         rule: ``"code"`` (default) or ``"paper"``.
         min_threshold, max_threshold: the code's thresholds (0.1, 0.35).
         alpha: the paper's threshold (0.35).
-        max_level, positive_threshold, hint_source, max_retries, hint_max_new_tokens: as for
+        max_level, positive_threshold, hint_source, max_retries, hint_max_new_tokens, hint_mode: as for
             :class:`SageSampler`; the accuracy of a visit is the share of rewards > ``positive_threshold``.
 
     State (kept across steps, saved in checkpoints): per pool index, the level used and the accuracy
@@ -213,16 +238,25 @@ class SageLightSampler(Sampler):
 
     def __init__(self, rule: str = "code", min_threshold: float = 0.1, max_threshold: float = 0.35,
                  alpha: float = 0.35, max_level: int = MAX_LEVEL, positive_threshold: float = 0.0,
-                 hint_source: str = "auto", max_retries: int = 3, hint_max_new_tokens: int = 512):
+                 hint_source: str = "auto", max_retries: int = 3, hint_max_new_tokens: int = 512,
+                 hint_mode: str = "auto"):
         if rule not in ("code", "paper"):
             raise ValueError(f"rule must be 'code' or 'paper', got {rule!r}")
         self.rule = rule
         self.min_threshold, self.max_threshold, self.alpha = float(min_threshold), float(max_threshold), float(alpha)
         self.max_level = int(max_level)
         self.positive_threshold = float(positive_threshold)
-        self.hints = HintSource(hint_source, self.max_level, max_retries, hint_max_new_tokens)
+        self.hints = HintSource(hint_source, self.max_level, max_retries, hint_max_new_tokens, hint_mode)
+        self.hint_mode = hint_mode
         self.last_level: dict[int, int] = {}
         self.last_acc: dict[int, float] = {}
+
+    def check_task(self, task) -> None:
+        """As :meth:`SageSampler.check_task`."""
+        self.hints.check_task(task)
+
+    def metrics(self) -> dict[str, float]:
+        return {"sage_hint_levels_cut": self.hints.cut} if self.hint_mode == "user" else {}
 
     def scheduled_level(self, index: int) -> int:
         """The hint level of pool index ``index`` at its next visit (0 at the first)."""
@@ -235,6 +269,7 @@ class SageLightSampler(Sampler):
         return next_level_paper(lv, acc, self.alpha, self.max_level)
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
+        self.hints.check_task(ctx.task)
         levels = [self.scheduled_level(i) for i in indices]
         hinted = [i for i, lv in zip(indices, levels) if lv > 0]
         hints = self.hints.hints(ctx, hinted) if hinted else {}
@@ -243,7 +278,7 @@ class SageLightSampler(Sampler):
             text = hints[int(i)].get(lv, "") if lv > 0 else ""
             texts.append(text or None)
             used.append(lv if text else 0)  # no hint text (no reference solution): unhinted
-        groups = ctx.generate(indices, ctx.group_size, hints=texts, hint_levels=used)
+        groups = ctx.generate(indices, ctx.group_size, hints=texts, hint_levels=used, hint_mode=self.hints.render_mode)
         for i, g in zip(indices, groups):
             g.generated_tokens += self.hints.tokens.get(int(i), 0) if g.hint_level > 0 else 0
         return groups
@@ -284,6 +319,14 @@ class _HintOptions(StrategyConfig):
     """Self-hinting: generations per prompt until the hints parse (then reference steps are revealed)."""
     hint_max_new_tokens: int = 512
     """Self-hinting: longest hint answer in tokens."""
+    hint_mode: str = "auto"
+    """What a hint may say and where it goes: ``"user"`` (SAGE's rule: in the user turn, never the final
+    answer; task hints show at most all reference steps but the last, none from the first step that
+    states the answer; self-written hints are cut before the sentence that states it), ``"prefix"``
+    (partial-solution prefixing: the first ``level`` reference steps start the assistant turn, the whole
+    solution once ``level`` reaches its length) or ``"auto"`` (earlier versions' hints: ``"prefix"`` on
+    the tiny arithmetic task, unguarded user-turn self-hints elsewhere). The default stays ``"auto"``
+    so the committed reference runs stay valid."""
 
 
 @register("sage")
@@ -300,7 +343,8 @@ class SageConfig(_HintOptions):
 
     def build(self) -> Curator:
         return Curator(Selector(), SageSampler(self.max_level, self.positive_threshold, self.hint_source,
-                                               self.max_retries, self.hint_max_new_tokens, self.regenerate),
+                                               self.max_retries, self.hint_max_new_tokens, self.regenerate,
+                                               self.hint_mode),
                        name="sage")
 
 
@@ -324,4 +368,5 @@ class SageLightConfig(_HintOptions):
     def build(self) -> Curator:
         return Curator(Selector(), SageLightSampler(self.rule, self.min_threshold, self.max_threshold, self.alpha,
                                                     self.max_level, self.positive_threshold, self.hint_source,
-                                                    self.max_retries, self.hint_max_new_tokens), name="sage_light")
+                                                    self.max_retries, self.hint_max_new_tokens, self.hint_mode),
+                       name="sage_light")

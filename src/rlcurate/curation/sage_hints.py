@@ -15,6 +15,25 @@ Where hints come from (``hint_source``):
   tokens, calls and generation time (not in ``rollouts``, which counts graded completions) and in the
   prompt's ``Group.generated_tokens``. Hints are cached per prompt for the step.
 * ``"auto"`` (default): ``"task"`` when the task has a ``hint`` method, otherwise ``"self"``.
+
+What a hint may say and where it goes (``hint_mode``; the rule itself: :mod:`rlcurate.tasks.hints`):
+
+* ``"user"``: SAGE's rule. The hint is written into the user turn and never states the final answer.
+  Task hints are the reference steps under that rule (:func:`rlcurate.tasks.hints.user_hint`: the
+  first ``min(level, k)`` steps, never the last step, none from the first step that states the answer
+  on). Self-written hints are conditioned on the reference solution (its steps; a problem without
+  steps gives the hint writer its final answer instead, as SAGE's released code does) and each level
+  is cut just before the sentence that first states the answer
+  (:func:`rlcurate.tasks.hints.cut_at_answer`; counted in ``HintSource.cut``); the fallback shows
+  only steps the rule allows. A level left empty is not rolled out.
+* ``"prefix"``: partial-solution prefixing, the contrast: the task's ``hint(problem, level)`` (the
+  first ``level`` reference steps) written at the start of the assistant turn. Needs task hints and a
+  task that can place them there (the tiny arithmetic task with a scratchpad); with the tiny
+  arithmetic task's defaults it is exactly ``"auto"``.
+* ``"auto"`` (the default): what earlier versions did, kept so that the committed reference runs
+  (chapters 7 and 10, tiny arithmetic task) stay valid: the task's own hints where the task puts them
+  (the tiny arithmetic task: an assistant prefix, i.e. ``"prefix"``), and self-written hints in the
+  user turn without the answer guard.
 """
 
 from __future__ import annotations
@@ -25,11 +44,13 @@ import re
 from typing import Sequence
 
 from rlcurate.curation.base import StepContext
+from rlcurate.tasks.hints import answer_free_steps, cut_at_answer, user_hint
 
-__all__ = ["HINT_SYSTEM_PROMPT", "HINT_USER_TEMPLATE", "MAX_LEVEL", "HintSource", "parse_hint_payload",
-           "fallback_hints", "render_hint_request"]
+__all__ = ["HINT_SYSTEM_PROMPT", "HINT_USER_TEMPLATE", "MAX_LEVEL", "HINT_MODES", "HintSource", "parse_hint_payload",
+           "fallback_hints", "render_hint_request", "check_hint_mode"]
 
 MAX_LEVEL = 3
+HINT_MODES = ("auto", "prefix", "user")
 
 # The hint-writing prompt of SAGE (paper appendix B; BaohaoLiao/SAGE recipe/hint/prompt.py), kept
 # verbatim because it is the experimental protocol: the system turn and the user-turn template.
@@ -106,17 +127,32 @@ def parse_hint_payload(text: str, levels: int = MAX_LEVEL) -> dict[int, str] | N
     return {k: found[k] for k in range(1, levels + 1)}
 
 
-def fallback_hints(problem, levels: int = MAX_LEVEL) -> dict[int, str]:
+def fallback_hints(problem, levels: int = MAX_LEVEL, never_reveal: bool = False) -> dict[int, str]:
     """Hints revealing reference steps when the policy's hint never parses (chapter 7): level l shows
     the first max(1, ceil(l / (levels + 1) * n)) of the n steps (at most n), so level 3 of 3 shows
-    three quarters of the solution. Empty strings when the problem has no reference steps."""
+    three quarters of the solution. Empty strings when the problem has no reference steps.
+    ``never_reveal`` (``hint_mode="user"``): at most the k steps that SAGE's rule allows
+    (:func:`rlcurate.tasks.hints.answer_free_steps`), so no level states the answer."""
     steps = tuple(problem.solution)
     n = len(steps)
+    cap = answer_free_steps(problem) if never_reveal else n
     out = {}
     for lv in range(1, levels + 1):
         k = min(n, max(1, math.ceil(lv / (levels + 1) * n))) if n else 0
-        out[lv] = problem.reveal(k)
+        out[lv] = problem.reveal(min(k, cap))
     return out
+
+
+def check_hint_mode(mode, source: str = "auto") -> None:
+    """Refuse a ``hint_mode`` that is not one of :data:`HINT_MODES`, or ``"prefix"`` with self-written
+    hints (chapter 7): one ``ValueError`` that names the value and the choices."""
+    if not isinstance(mode, str) or mode not in HINT_MODES:
+        raise ValueError(f"hint_mode must be 'auto', 'prefix' (the first reference steps at the start of the "
+                         f"assistant turn) or 'user' (SAGE: a hint in the user turn that never states the answer), "
+                         f"got {mode!r}")
+    if mode == "prefix" and source == "self":
+        raise ValueError("hint_mode='prefix' needs the task's hints (hint_source 'task' or 'auto'): a hint the "
+                         "policy writes is advice for the user turn, not the start of a solution")
 
 
 def _solution_text(problem) -> str:
@@ -145,30 +181,57 @@ class HintSource:
 
     Counters over the run (self-hinting only): ``requests`` (prompts the policy was asked to hint),
     ``attempts`` (batched hint generations made), ``failed`` (prompts that fell back to revealed
-    steps); ``tokens`` holds the hint tokens generated per prompt in the current step.
+    steps), ``cut`` (with ``mode="user"``: written hint levels that stated the answer and were cut);
+    ``tokens`` holds the hint tokens generated per prompt in the current step.
+
+    ``mode`` is the strategy's ``hint_mode`` (see the module docstring): ``"user"`` makes every hint
+    obey SAGE's never-reveal rule; ``"auto"`` and ``"prefix"`` give the hints of earlier versions.
     """
 
     def __init__(self, source: str = "auto", max_level: int = MAX_LEVEL, max_retries: int = 3,
-                 max_new_tokens: int = 512):
+                 max_new_tokens: int = 512, mode: str = "auto"):
         if source not in ("auto", "task", "self"):
             raise ValueError(f"hint_source must be 'auto', 'task' or 'self', got {source!r}")
+        check_hint_mode(mode, source)
         if not 1 <= int(max_level) <= 9:
             raise ValueError(f"max_level must lie in 1..9, got {max_level!r}")
         if int(max_retries) < 1:
             raise ValueError(f"max_retries must be >= 1, got {max_retries!r}")
         self.source = source
+        self.mode = mode
         self.max_level = int(max_level)
         self.max_retries = int(max_retries)
         self.max_new_tokens = int(max_new_tokens)
         self._cache_step: int | None = None
         self._cache: dict[int, dict[int, str]] = {}
         self.tokens: dict[int, int] = {}  # hint tokens generated per prompt this step
-        self.requests = self.attempts = self.failed = 0
+        self.requests = self.attempts = self.failed = self.cut = 0
 
     def kind(self, task) -> str:
         if self.source != "auto":
             return self.source
         return "task" if callable(getattr(task, "hint", None)) else "self"
+
+    @property
+    def render_mode(self) -> str | None:
+        """The ``hint_mode`` handed to ``ctx.generate`` (``None`` for ``"auto"``: the task's placement)."""
+        return None if self.mode == "auto" else self.mode
+
+    def check_task(self, task) -> None:
+        """Refuse (``ValueError``) a ``mode`` that ``task`` cannot place: ``"prefix"`` with self-written
+        hints, or a mode outside the task's ``hint_modes`` (chapter 7). Nothing for ``"auto"``."""
+        if self.mode == "auto" or task is None:
+            return
+        name = getattr(task, "name", type(task).__name__)
+        if self.mode == "prefix" and self.kind(task) == "self":
+            raise ValueError(f"hint_mode='prefix' needs the task's hints, and task {name!r} has no hint() method "
+                             "(its hints are written by the policy); use hint_mode='user'")
+        modes = tuple(getattr(task, "hint_modes", ("user",)))
+        if self.mode not in modes:
+            raise ValueError(f"hint_mode={self.mode!r}: task {name!r} takes hint_mode 'auto'"
+                             f"{''.join(f' or {m!r}' for m in modes)}; 'prefix' (the first reference steps at the "
+                             "start of the assistant turn) needs the arithmetic task in the tiny style with "
+                             "scratchpad=True")
 
     def hints(self, ctx: StepContext, indices: Sequence[int]) -> dict[int, dict[int, str]]:
         """``{index: {level: hint text}}`` for the pool indices ``indices``."""
@@ -179,7 +242,10 @@ class HintSource:
             if self.kind(ctx.task) == "task":
                 for i in need:
                     p = ctx.problems[i]
-                    self._cache[i] = {lv: ctx.task.hint(p, lv) for lv in range(1, self.max_level + 1)}
+                    if self.mode == "user":  # the reference steps under the never-reveal rule
+                        self._cache[i] = {lv: user_hint(p, lv) for lv in range(1, self.max_level + 1)}
+                    else:
+                        self._cache[i] = {lv: ctx.task.hint(p, lv) for lv in range(1, self.max_level + 1)}
             else:
                 self._cache.update(self._self_hints(ctx, need))
         return {int(i): self._cache[int(i)] for i in indices}
@@ -206,10 +272,14 @@ class HintSource:
                 parsed = parse_hint_payload(comp.text if comp is not None else "", self.max_level)
                 if parsed is None:
                     still.append(i)
+                elif self.mode == "user":  # never the answer: cut each level before it is stated
+                    answer = ctx.problems[i].answer
+                    out[i] = {lv: cut_at_answer(text, answer) for lv, text in parsed.items()}
+                    self.cut += sum(out[i][lv] != text.strip() for lv, text in parsed.items())
                 else:
                     out[i] = parsed
             remaining = still
         for i in remaining:
             self.failed += 1
-            out[i] = fallback_hints(ctx.problems[i], self.max_level)
+            out[i] = fallback_hints(ctx.problems[i], self.max_level, never_reveal=self.mode == "user")
         return out

@@ -41,6 +41,12 @@ class Policy(Protocol):
         in micro-batches of at most ``token_budget`` tokens (default: the policy's own)."""
         ...
 
+    def sequence_logprobs_and_ranks(self, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                                    token_budget: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """As :meth:`sequence_logprobs`, with the rank of each continuation token under the policy
+        (1: the most likely token) next to its log-probability (DRO's dataset filter, chapter 8)."""
+        ...
+
     def grad_norms(self, group: "Group") -> np.ndarray:
         """||grad log pi(y | x)|| of each completion of ``group`` (GVM's G_i, chapter 3)."""
         ...

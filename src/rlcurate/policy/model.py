@@ -38,6 +38,11 @@ class ModelPolicy:
         return scoring.sequence_logprobs(self.model, contexts, continuations, self.pad_id,
                                          token_budget or self.token_budget)
 
+    def sequence_logprobs_and_ranks(self, contexts, continuations,
+                                    token_budget: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        return scoring.sequence_logprobs_and_ranks(self.model, contexts, continuations, self.pad_id,
+                                                   token_budget or self.token_budget)
+
     def grad_norms(self, group) -> np.ndarray:
         prompt_ids = list(self.tokenizer.encode(group.prompt, add_special_tokens=False))
         return scoring.grad_norms(self.model, prompt_ids, group.completions)

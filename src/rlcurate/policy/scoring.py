@@ -4,7 +4,8 @@ Three questions a step asks of the model being trained, each answered in one pla
 
 - :func:`forward_logprobs`: log pi(a_t | x, a_<t) of every completion token (the loss, chapter 5);
 - :func:`sequence_logprobs`: the same for given continuations without gradients (DRO's
-  teacher-forced reference answer, chapter 8);
+  teacher-forced reference answer, chapter 8), and :func:`sequence_logprobs_and_ranks` with each
+  token's rank under the policy as well (DRO's dataset filter);
 - :func:`grad_norms`: ||grad log pi(y | x)|| per completion (GVM's G_i, chapter 3).
 """
 
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 from rlcurate.policy.batching import TrainSample, plan_micro_batches
 
-__all__ = ["forward_logprobs", "sequence_logprobs", "grad_norms"]
+__all__ = ["forward_logprobs", "sequence_logprobs", "sequence_logprobs_and_ranks", "grad_norms"]
 
 
 def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
@@ -170,6 +171,54 @@ def sequence_logprobs(model, contexts: Sequence[Sequence[int]], continuations: S
                 logp, mask, _ = forward_logprobs(model, batch, 1.0, pad_id)
                 for r, i in enumerate(mb):
                     out[i] = logp[r, mask[r]].double().cpu().numpy()
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
+def sequence_logprobs_and_ranks(model, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                                pad_id: int, token_budget: int = 16384) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each (context, continuation) pair, log pi(y_j | context, y_<j) (float64) and the rank of
+    y_j under pi(. | context, y_<j) (int64; 1 + the number of vocabulary tokens whose logit is
+    strictly larger, so the most likely token has rank 1 and ties share the better rank), at
+    temperature 1, without gradients, batched under ``token_budget`` tokens (DRO's "too hard" query
+    filter, chapter 8). Left-padded, every continuation ending at the last position, as
+    :func:`forward_logprobs` without prompt sharing; the model is scored in eval mode and left in the
+    mode it was in. Every context must hold at least one token."""
+    if any(len(c) == 0 for c in contexts):
+        raise ValueError("every context must hold at least one token (the first continuation token needs one)")
+    samples = [TrainSample(list(c), list(a), 0.0) for c, a in zip(contexts, continuations)]
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(samples)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for mb in plan_micro_batches(samples, token_budget):
+                batch = [samples[i] for i in mb]
+                seqs = [s.prompt_ids + s.completion_ids for s in batch]
+                T = max(len(x) for x in seqs)
+                Lc = max(len(s.completion_ids) for s in batch)
+                if Lc == 0:
+                    for i in mb:
+                        out[i] = (np.zeros(0), np.zeros(0, dtype=np.int64))
+                    continue
+                ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+                attn = torch.zeros((len(seqs), T), dtype=torch.long)
+                for r, x in enumerate(seqs):
+                    ids[r, T - len(x):] = torch.tensor(x)
+                    attn[r, T - len(x):] = 1
+                ids, attn = ids.to(device), attn.to(device)
+                position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+                logits = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=position_ids[:, :-1],
+                               logits_to_keep=Lc, use_cache=False).logits.float()  # predicts the last Lc tokens
+                targets = ids[:, T - Lc:]
+                target_logit = logits.gather(-1, targets.unsqueeze(-1))
+                logp = F.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+                rank = (logits > target_logit).sum(-1) + 1
+                for r, (i, s) in enumerate(zip(mb, batch)):
+                    n = len(s.completion_ids)
+                    out[i] = (logp[r, Lc - n:].double().cpu().numpy(), rank[r, Lc - n:].cpu().numpy().astype(np.int64))
     finally:
         model.train(was_training)
     return out  # type: ignore[return-value]

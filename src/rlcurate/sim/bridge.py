@@ -71,7 +71,10 @@ class SimTask(Task):
     def messages(self, problem: Problem, hint: str | None = None) -> list[dict[str, str]]:
         return [{"role": "user", "content": problem.question}]
 
-    def render(self, problem: Problem, tokenizer=None, hint: str | None = None) -> str:
+    # the level is read back from the hint's text, so where a hint "goes" makes no difference here
+    hint_modes = ("prefix", "user")
+
+    def render(self, problem: Problem, tokenizer=None, hint: str | None = None, hint_mode: str | None = None) -> str:
         level = 0 if not hint else int(hint.count("step"))
         return f"{problem.meta['prompt']}|{level}"
 

@@ -24,7 +24,10 @@ Two prompt styles:
     ``7+5+0=12\\n4+8+1=13\\n#132`` (``scratchpad=True``), or only ``#132`` (``scratchpad=False``).
     Everything before ``#`` is reasoning, everything after it is the answer; :func:`split_completion`
     cuts there. A hint of level k (chapter 7) writes the first k steps at the start of the assistant
-    turn, ``<|user|>47+85=<|assistant|>7+5+0=12\\n``, and the model writes the rest.
+    turn, ``<|user|>47+85=<|assistant|>7+5+0=12\\n``, and the model writes the rest (partial-solution
+    prefixing, ``hint_mode="prefix"``). SAGE's own hint (``hint_mode="user"``) is in the user turn and
+    never states the answer: ``<|user|>hint:\\n7+5+0=12\\n47+85=<|assistant|>``, at most all steps but the
+    last (:mod:`rlcurate.tasks.hints`).
 ``style="chat"``
     a real small instruct model (SmolLM2-135M-Instruct): three few-shot chat turns, the question
     ``What is 47 + 85?``, and an assistant prefill ``47 + 85 =``; the first integer of the
@@ -39,7 +42,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from rlcurate.tasks.arithmetic_problems import OPS, Level, stable_seed, solve, split_of
-from rlcurate.tasks.base import Problem, Reward, Task, render_chat
+from rlcurate.tasks.base import Problem, Reward, Task, check_hint_mode, render_chat
+from rlcurate.tasks.hints import user_hint
 ANSWER_DELIMITER = "#"
 HINT_HEADER = "hint:"
 EOS_TEXT = "<|endoftext|>"
@@ -129,7 +133,9 @@ class ArithmeticTask(Task):
             quarter or half of the warm-start prompts carried a user-turn hint, the trained model wrote
             the same completions with and without it (the targets are computable from the question
             alone, so it learned to ignore the hint), whereas revealed scratchpad steps are used at
-            once (hint tables in data/tiny/*/README.md).
+            once (hint tables in data/tiny/*/README.md). A SAGE strategy's ``hint_mode`` overrides the
+            placement per rendered prompt (:meth:`render`); ``hint_placement`` is what ``hint_mode=None``
+            (the strategies' ``"auto"``) uses, as before.
     """
 
     name = "arithmetic"
@@ -281,26 +287,50 @@ class ArithmeticTask(Task):
 
     # -- prompts ---------------------------------------------------------------------------------
 
-    def hint(self, problem: Problem, level: int) -> str:
-        """The training-time hint of hint level ``level`` (chapter 7): the first ``level`` steps of
-        the reference solution, ``problem.reveal(level)``; level 0 is no hint (empty string)."""
+    @property
+    def hint_modes(self) -> tuple[str, ...]:
+        """The ``hint_mode`` values :meth:`render` takes (chapter 7): ``("prefix", "user")`` in the tiny
+        style with a scratchpad, else ``("user",)``."""
+        return ("prefix", "user") if self.style == "tiny" and self.scratchpad else ("user",)
+
+    def hint(self, problem: Problem, level: int, mode: str = "prefix") -> str:
+        """The training-time hint of hint level ``level`` (chapter 7); level 0 is no hint (empty string).
+
+        ``mode="prefix"`` (the default, unchanged): the first ``level`` steps of the reference solution,
+        ``problem.reveal(level)``, the whole scratchpad once ``level`` reaches the number of steps.
+        ``mode="user"``: SAGE's rule, :func:`rlcurate.tasks.hints.user_hint`: the first ``min(level, k)``
+        steps, k leaving out the last step and every step from the first one that states the answer
+        on, so the hint never contains the answer."""
         if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or level < 0:
             raise ValueError(f"level must be a non-negative integer, got {level!r}")
-        return problem.reveal(int(level))
+        if mode == "prefix":
+            return problem.reveal(int(level))
+        if mode == "user":
+            return user_hint(problem, int(level))
+        raise ValueError(f"mode must be 'prefix' or 'user', got {mode!r}")
 
-    def messages(self, problem: Problem, hint: str | None = None) -> list[dict[str, str]]:
-        """The chat turns that pose ``problem``. With ``hint_placement="user"`` a non-empty ``hint``
-        (chapter 7) is part of the user turn: tiny style ``hint:\\n{steps}\\n47+85=`` (hint first),
-        chat style ``What is 47 + 85?\\nHint:\\n{steps}``. With ``"assistant"`` the user turn is the
-        bare question and the hint goes into :meth:`prefill`."""
+    def _placement(self, hint_mode: str | None) -> str:
+        """Where a hint goes for ``hint_mode`` (``None``: ``hint_placement``)."""
+        check_hint_mode(self, hint_mode)
+        if hint_mode is None:
+            return self.hint_placement
+        return "assistant" if hint_mode == "prefix" else "user"
+
+    def messages(self, problem: Problem, hint: str | None = None, *,
+                 placement: str | None = None) -> list[dict[str, str]]:
+        """The chat turns that pose ``problem``. With ``hint_placement="user"`` (or ``placement="user"``)
+        a non-empty ``hint`` (chapter 7) is part of the user turn: tiny style ``hint:\\n{steps}\\n47+85=``
+        (hint first), chat style ``What is 47 + 85?\\nHint:\\n{steps}``. With ``"assistant"`` the user turn
+        is the bare question and the hint goes into :meth:`prefill`."""
         _check_hint(hint)
+        placement = self.hint_placement if placement is None else placement
         m = problem.meta
         sym = OPS[m["op"]]
         if self.style == "tiny":
             content = f"{m['a']}{sym}{m['b']}="
             # Before the question: the tiny model finds operand digits by their distance from the
             # position it writes, and a hint between question and answer would shift them.
-            if hint and self.hint_placement == "user":
+            if hint and placement == "user":
                 content = f"{HINT_HEADER}\n{hint}\n{content}"
             return [{"role": "user", "content": content}]
         content = f"What is {m['a']} {sym} {m['b']}?"
@@ -309,22 +339,28 @@ class ArithmeticTask(Task):
         turns = [dict(t) for t in CHAT_FEW_SHOT] if self.few_shot else []
         return turns + [{"role": "user", "content": content}]
 
-    def prefill(self, problem: Problem, hint: str | None = None) -> str:
+    def prefill(self, problem: Problem, hint: str | None = None, *, placement: str | None = None) -> str:
         """The text the assistant turn starts with: ``"47 + 85 ="`` in the chat style; in the tiny style
-        the hint's steps, one per line (``"7+5+0=12\\n"``) when ``hint_placement="assistant"``,
-        else nothing (chapters 4 and 7)."""
+        the hint's steps, one per line (``"7+5+0=12\\n"``) when ``hint_placement="assistant"`` (or
+        ``placement="assistant"``), else nothing (chapters 4 and 7)."""
         _check_hint(hint)
+        placement = self.hint_placement if placement is None else placement
         if self.style == "tiny":
-            if hint and self.hint_placement == "assistant":
+            if hint and placement == "assistant":
                 return hint + "\n"
             return ""
         m = problem.meta
         return f"{m['a']} {OPS[m['op']]} {m['b']} ="
 
-    def render(self, problem: Problem, tokenizer, hint: str | None = None) -> str:
+    def render(self, problem: Problem, tokenizer, hint: str | None = None, hint_mode: str | None = None) -> str:
         """The exact text a model is conditioned on: the chat template of :meth:`messages`, then
-        :meth:`prefill` (which carries an assistant-side hint, chapter 7)."""
-        return render_chat(tokenizer, self.messages(problem, hint), self.prefill(problem, hint))
+        :meth:`prefill` (which carries an assistant-side hint, chapter 7). ``hint_mode``: ``None`` puts a
+        hint where ``hint_placement`` says (as before), ``"prefix"`` at the start of the assistant turn
+        (tiny style with scratchpad only), ``"user"`` in the user turn; any other value is a
+        ``ValueError``. (The mode places the text; :meth:`hint` with ``mode`` chooses it.)"""
+        placement = self._placement(hint_mode)
+        return render_chat(tokenizer, self.messages(problem, hint, placement=placement),
+                           self.prefill(problem, hint, placement=placement))
 
     def target(self, problem: Problem) -> str:
         """The reference completion (without end-of-sequence): the supervised warm-start target

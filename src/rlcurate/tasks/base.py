@@ -68,6 +68,20 @@ def render_chat(tokenizer, messages: Sequence[Mapping[str, str]], prefill: str =
     return text + prefill
 
 
+def check_hint_mode(task, hint_mode) -> None:
+    """Refuse a ``hint_mode`` that ``task.render`` cannot honour (chapter 7): one clear ``ValueError``."""
+    if hint_mode is None:
+        return
+    modes = tuple(getattr(task, "hint_modes", ("user",)))
+    if hint_mode not in ("prefix", "user"):
+        raise ValueError(f"hint_mode must be 'prefix' or 'user' (or None: the task's own placement), got {hint_mode!r}")
+    if hint_mode not in modes:
+        raise ValueError(f"hint_mode={hint_mode!r}: task {getattr(task, 'name', type(task).__name__)!r} takes "
+                         f"hint_mode {' or '.join(repr(m) for m in modes) or 'None only'}; 'prefix' (the first "
+                         "reference steps at the start of the assistant turn) needs the arithmetic task in the "
+                         "tiny style with scratchpad=True")
+
+
 def prompt_tokens(text: str, tokenizer, limit: int) -> int:
     """Tokens of ``text`` (no special tokens added, as the rollout engine encodes it), or, for a text
     far longer than ``limit`` tokens, the count on its first ``8 * limit + 256`` characters when that
@@ -102,6 +116,9 @@ class Task(abc.ABC):
     :meth:`messages` and :meth:`_score`; they may override :meth:`prefill` and :meth:`render`."""
 
     name: str = "task"
+    hint_modes: tuple[str, ...] = ("user",)
+    """The ``hint_mode`` values :meth:`render` takes besides ``None`` (chapter 7,
+    :mod:`rlcurate.tasks.hints`): a task puts hints in the user turn unless it says otherwise."""
 
     @abc.abstractmethod
     def problems(self, split: str = "train") -> list[Problem]:
@@ -115,8 +132,11 @@ class Task(abc.ABC):
         """Text the assistant turn starts with (empty by default)."""
         return ""
 
-    def render(self, problem: Problem, tokenizer, hint: str | None = None) -> str:
-        """The exact text a model is conditioned on: chat template, then the prefill."""
+    def render(self, problem: Problem, tokenizer, hint: str | None = None, hint_mode: str | None = None) -> str:
+        """The exact text a model is conditioned on: chat template, then the prefill. ``hint_mode``
+        (chapter 7): ``None`` or ``"user"``, both the user turn; ``"prefix"`` is refused (this task
+        has no assistant-side hints)."""
+        check_hint_mode(self, hint_mode)
         return render_chat(tokenizer, self.messages(problem, hint), self.prefill(problem))
 
     @abc.abstractmethod

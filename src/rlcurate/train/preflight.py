@@ -168,6 +168,12 @@ def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool
                 raise UserError(f"task {config.task!r} with task_kwargs {config.task_kwargs} has no training problems")
         except DatasetUnavailableError as exc:
             raise UserError(f"task {config.task!r}: {exc}") from None
+    check_task = getattr(getattr(curator, "sampler", None), "check_task", None)
+    if callable(check_task):  # e.g. SAGE's hint_mode='prefix' on a task that puts hints in the user turn only
+        try:
+            check_task(task)
+        except ValueError as exc:
+            raise UserError(f"strategy {config.strategy!r} with task {config.task!r}: {exc}") from None
     if config.train_subset:
         train_subset(config, task.problems("train"))
     if check_model:

@@ -149,7 +149,7 @@ class Trainer:
                                        max_new_tokens=config.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=config.eval_temperature, top_p=1.0,
                                             max_new_tokens=config.max_new_tokens)
-        self._rendered: dict[tuple[str, str | None], str] = {}
+        self._rendered: dict[tuple, str] = {}  # (uid, hint) or (uid, hint, hint_mode) -> prompt text
         self._select_problems(task)
 
         # ---------------------------------------------------------------- curator, optimizer
@@ -222,10 +222,13 @@ class Trainer:
             return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
         return 1.0
 
-    def _render(self, problem, hint):
-        key = (problem.uid, hint)
+    def _render(self, problem, hint, hint_mode=None):
+        # hint_mode (chapter 7: where a SAGE hint goes) joins the key only when given, so the
+        # prompt-length guard's (uid, None) entries stay what they were
+        key = (problem.uid, hint) if hint_mode is None else (problem.uid, hint, hint_mode)
         if key not in self._rendered:
-            self._rendered[key] = self.task.render(problem, self.tokenizer, hint=hint)
+            self._rendered[key] = (self.task.render(problem, self.tokenizer, hint=hint) if hint_mode is None else
+                                   self.task.render(problem, self.tokenizer, hint=hint, hint_mode=hint_mode))
         return self._rendered[key]
 
     # ------------------------------------------------------------------ one step
