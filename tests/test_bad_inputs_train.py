@@ -411,3 +411,24 @@ def test_runs_with_a_misspelt_strategy_start_nothing(capsys, tmp_path):
 def test_runs_seeds_that_are_not_integers(capsys, tmp_path):
     _runs_refused(capsys, tmp_path, _suite(tmp_path, {"uniform": {}}), "--seeds must be comma-separated integers",
                   extra=["--seeds", "0,one"])
+
+
+def test_train_subset_restricts_the_pool_to_the_audited_prompts(tmp_path):
+    """``train_subset`` (chapter 10's filtered pool): the trainer trains only on the uids of the file, in
+    the task's order; a file naming none of them is refused in one line."""
+    import json
+
+    from rlcurate.tasks.registry import get_task
+    from rlcurate.train import TrainConfig
+    from rlcurate.train.preflight import train_subset
+
+    task = get_task("arithmetic", n_train=8, n_test=4)
+    problems = task.problems("train")
+    keep = [problems[1].uid, problems[5].uid, problems[2].uid]
+    f = tmp_path / "subset.jsonl"
+    f.write_text("".join(json.dumps({"uid": u, "question": "?"}) + "\n" for u in keep))
+    cfg = TrainConfig(task="arithmetic", task_kwargs={"n_train": 8, "n_test": 4}, train_subset=str(f))
+    assert [p.uid for p in train_subset(cfg, problems)] == [problems[i].uid for i in (1, 2, 5)]
+    f.write_text(json.dumps({"uid": "nope"}) + "\n")
+    with pytest.raises(UserError, match="none of its 1 uids"):
+        train_subset(cfg, problems)

@@ -140,7 +140,7 @@ def train_subset(config: TrainConfig, problems) -> list:
     path = Path(config.train_subset)
     if not path.is_file():
         raise UserError(f"train_subset={config.train_subset!r}: no such file")
-    uids = {str(row.get("uid")) for row in read_jsonl(path) if "uid" in row}
+    uids = {str(row.data["uid"]) for row in read_jsonl(path) if "uid" in row.data}
     kept = [p for p in problems if p.uid in uids]
     if not kept:
         raise UserError(f"train_subset={config.train_subset!r}: none of its {len(uids)} uids is a training prompt "
