@@ -19,3 +19,12 @@ def check(records):
     cm = records["cost_model"]
     assert cm["rho_bound_15b"] > 1 and cm["rho_bound_7b"] > cm["rho_bound_15b"]
     assert records["sim"]["cos_objectives"] > 0.9
+
+    tiny = records["tiny_protocol"]  # chapter 10's protocol runs of the samplers
+    assert "diff" not in tiny["uniform"] and tiny["uniform"]["steps"] == 100
+    for arm, row in tiny.items():
+        assert 0 <= row["acc"] <= 1 and 0 <= row["mixed"] <= 1, arm
+        if "diff" in row:
+            assert row["low"] <= row["diff"] <= row["high"], arm
+        if "finished" in row:
+            assert 0 <= row["finished"] <= 1 and arm.startswith("ada_seq"), arm

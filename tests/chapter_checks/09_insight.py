@@ -62,11 +62,13 @@ def check(records):
     assert t1["R1-Distill-Qwen-7B"]["best_online"] == "Expected-Difficulty"
     assert t1["R1-Distill-Qwen-7B"]["vs_best_online"] == 0.34
 
-    # the tiny model's reference runs, where present (they are committed JSON, not made by the chapter)
-    # (chapter 10's comparison, rlcurate.analysis.compare_to_baseline): uniform is never faster than itself
+    # the tiny model's reference runs (committed JSON, not made by the chapter), chapter 10's paired comparison
     for suite in records["tiny"].values():
-        for row in suite.values():
-            assert 0 <= row["final"] <= 1 and row["seeds"] >= 1
-        if "uniform" in suite:
-            assert suite["uniform"]["ratio"] == 1.0 and suite["uniform"]["speedup"] == 1.0
-            assert suite["uniform"]["diff"] == 0.0
+        for arm, row in suite.items():
+            assert 0 <= row["acc"] <= 1 and 0 <= row["mixed"] <= 1 and row["seeds"] >= 2, arm
+            assert ("diff" in row) == (arm != "uniform"), arm
+            if "diff" in row:
+                assert row["low"] <= row["diff"] <= row["high"] and 0 <= row["p_holm"] <= 1, arm
+    for s, row in records["sim_tuned"].items():  # each selector at its own Adam rate
+        assert 0 <= row["final"] <= 1 and row["lr"] > 0, s
+    assert records["sim_tuned"]["uniform"]["diff_final"] == 0.0

@@ -1,16 +1,30 @@
 """Checks on the values recorded by book/10_end_to_end.ipynb (run in the smoke profile)."""
 
 
+def _interval_ok(row):
+    return row["low"] <= row["diff"] <= row["high"]
+
+
 def check(records):
-    ci = records["ci_check"]
-    assert abs(ci["median_ratio"] - 0.5) < 0.08 and ci["coverage"] > 0.5
+    # the paired t interval holds its level on synthetic curves (8 and 3 seeds, three kinds of noise)
+    assert all(0.9 <= c <= 1.0 for c in records["coverage"].values())
     sim = records["sim"]
-    assert sim["uniform"]["ratio"] == 1.0 and sim["uniform"]["diff"] == 0.0
+    assert sim["lr"]["uniform_aa"] == sim["lr"]["uniform"]
+    for table in (sim["final"], sim["area"]):
+        assert "uniform" not in table and "uniform_aa" in table
+        assert all(_interval_ok(r) for r in table.values())
     tiny = records["tiny"]
-    assert tiny["uniform"]["ratio"] == 1.0 and tiny["uniform"]["seeds"] == 3
-    for name, row in tiny.items():
-        assert 0 < row["final"] < 1 and 0 <= row["mixed"] <= 1, name
-        if row["ratio"] is not None:
-            assert row["ratio_lo"] is None or row["ratio_lo"] <= row["ratio"] + 1e-9, name
+    for table in tiny.values():
+        assert "uniform" not in table and table["uniform_aa"]["seeds"] >= 8
+        assert all(_interval_ok(r) and 0 <= r["p_holm"] <= 1 for r in table.values())
+    for key, row in records["aa"].items():
+        assert _interval_ok(row) and row["seeds"] >= 8, key
+    for arm, g in records["regime"].items():
+        assert 0 < g["trained_share"] <= 1 and 0 <= g["mixed"] <= 1, arm
+        assert g["finished"] is None or 0 <= g["finished"] <= 1, arm
+    assert records["regime"]["uniform"]["steps"] == 100  # 12,800 rollouts of 16 x 8
+    assert records["rho"]["cpu"] > 1 and records["rho"]["gpu_256"] < records["rho"]["gpu_1024"]
+    for table in records["currencies"].values():
+        assert all(_interval_ok(r) for r in table.values())
     live = records["live"]
     assert live["uniform"]["rollouts"] == live["uniform"]["steps"] * 4 * 8
