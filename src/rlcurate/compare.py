@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
-from rlcurate.comparison import CURRENCIES, choose_lr, compare_arms, endpoint_values, sweep_table
+from rlcurate.comparison import CURRENCIES, aa_controls, choose_lr, compare_arms, endpoint_values, sweep_table
 from rlcurate.errors import UserError
 from rlcurate.experiments import load_results, load_suite
 
@@ -49,8 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
     if args.baseline not in values:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
-    controls = args.control if args.control is not None else [a for a in values if a.endswith("_aa")]
-    table = compare_arms(values, args.baseline, controls)
+    table = compare_arms(values, args.baseline, args.control)
+    controls = args.control if args.control is not None else aa_controls(values)
     print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
           f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}; paired differences to {args.baseline}")
     print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")

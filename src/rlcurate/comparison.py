@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
-           "Paired", "paired", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage"]
+           "Paired", "paired", "aa_controls", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage"]
 
 CURRENCIES = {
     "rollouts": "generated rollouts",
@@ -204,11 +204,19 @@ def paired(values: Mapping[str, Mapping[int, float]], baseline: str, level: floa
     return {a: Paired(**{**r.__dict__, "p_holm": adjusted[a]}) for a, r in out.items()}
 
 
+def aa_controls(arms) -> list[str]:
+    """The A/A control arms of a suite by the naming rule of its files: names ending in ``_aa``."""
+    return [a for a in arms if a.endswith("_aa")]
+
+
 def compare_arms(values: Mapping[str, Mapping[int, float]], baseline: str = "uniform",
-                 controls: Sequence[str] = ("uniform_aa",), level: float = 0.95) -> dict[str, Paired]:
+                 controls: Sequence[str] | None = None, level: float = 0.95) -> dict[str, Paired]:
     """The table of a suite (chapter 10): :func:`paired` over every arm but the ``controls``, with Holm's
     adjustment across those arms, then each control (an A/A arm) paired with the baseline on its own,
-    outside the family (its ``p_holm`` is its unadjusted p-value). Controls without runs are skipped."""
+    outside the family (its ``p_holm`` is its unadjusted p-value). ``controls`` defaults to the arms
+    whose name ends in ``_aa``; controls without runs are skipped."""
+    if controls is None:
+        controls = aa_controls(values)
     family = {a: v for a, v in values.items() if a not in controls}
     if baseline not in family:
         raise ValueError(f"the baseline {baseline!r} has no values; arms: {', '.join(values)}")
