@@ -98,3 +98,35 @@ def test_both_layouts_match_an_unbatched_forward(tiny_model_and_tokenizer, share
     for r, s in enumerate(samples):
         assert torch.allclose(logp[r, mask[r]], _plain_logprobs(model, s), atol=1e-5)
         assert (ent[r, mask[r]] > 0).all()
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_chunked_output_layer_gives_the_same_logprobs_and_gradients(tiny_model_and_tokenizer, share, monkeypatch):
+    """The output layer applied one position per checkpointed chunk (as a 150k vocabulary is) gives the
+    log-probabilities, entropies and gradients of one chunk for the whole micro-batch."""
+    from rlcurate.policy import scoring
+
+    model, tok = tiny_model_and_tokenizer
+    model.train()
+    samples = _groups(np.random.default_rng(3))
+    whole = _loss_and_grads(model, samples, tok.pad_token_id, share=share)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    monkeypatch.setattr(scoring, "LOGIT_CHUNK_BYTES", 4 * vocab)  # one position per chunk
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    chunked = _loss_and_grads(model, samples, tok.pad_token_id, share=share)
+    assert len(calls) == int(whole[1].sum())  # one checkpointed chunk per completion token
+    assert torch.equal(whole[1], chunked[1])
+    assert torch.allclose(whole[0], chunked[0], atol=1e-6)
+    assert torch.allclose(whole[2], chunked[2], atol=1e-6)
+    for ga, gb in zip(whole[4], chunked[4]):
+        assert torch.allclose(ga, gb, atol=1e-6, rtol=1e-4)
+
+
+def test_a_model_whose_logits_are_not_its_output_layer_is_refused():
+    from rlcurate.policy.scoring import split_head
+
+    cfg = type("Cfg", (), {"final_logit_softcapping": 30.0})()
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        split_head(type("M", (), {"config": cfg})())

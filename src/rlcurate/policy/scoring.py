@@ -7,6 +7,12 @@ Three questions a step asks of the model being trained, each answered in one pla
   teacher-forced reference answer, chapter 8), and :func:`sequence_logprobs_and_ranks` with each
   token's rank under the policy as well (DRO's dataset filter);
 - :func:`grad_norms`: ||grad log pi(y | x)|| per completion (GVM's G_i, chapter 3).
+
+The output layer is applied in chunks of positions (:func:`token_logprobs`): for a 150k-token
+vocabulary the fp32 log-softmax of one position is 0.6 MB, so a micro-batch of 25k positions would hold
+15 GB of it for the backward pass. Each chunk's logits are recomputed in the backward pass instead
+(activation checkpointing of the head alone), and only the final hidden states are kept (appendix A1,
+*Memory*).
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from rlcurate.policy.batching import TrainSample, plan_micro_batches
 
-__all__ = ["forward_logprobs", "sequence_logprobs", "sequence_logprobs_and_ranks", "grad_norms"]
+__all__ = ["forward_logprobs", "token_logprobs", "split_head", "sequence_logprobs", "sequence_logprobs_and_ranks",
+           "grad_norms"]
 
 
 def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, pad_id: int,
@@ -29,10 +37,10 @@ def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, 
     Sequences are left-padded so that every completion ends at the last position. The last token of
     every row is left out of the input: its logits would predict nothing and no later token attends
     to its key and value, so dropping it changes no number (up to float rounding between batch
-    shapes) and saves 1 / (longest completion) of the completion positions. Only the logits of the
-    last Lc input positions are computed (``logits_to_keep``), which matters for 150k-token
-    vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or None), where row r's
-    completion occupies the last len_r columns.
+    shapes) and saves 1 / (longest completion) of the completion positions. The output layer is
+    applied only at completion positions, in checkpointed chunks (:func:`token_logprobs`), which
+    matters for 150k-token vocabularies. Returns (logprobs [b, Lc], mask [b, Lc], entropy [b, Lc] or
+    None), where row r's completion occupies the last len_r columns (zeros elsewhere).
 
     With ``share_prompts`` (the default), when several samples have the same prompt (the G completions
     of a GRPO group), each distinct prompt is encoded once and its key-value cache is shared by its
@@ -55,18 +63,77 @@ def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, 
         comp_mask[r, Lc - len(s.completion_ids):] = True
     ids, attn, comp_mask = ids.to(device), attn.to(device), comp_mask.to(device)
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+    decoder, head = split_head(model)
     # input position T - 1 - Lc + c predicts token T - Lc + c; every row's last token is no input
-    out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=position_ids[:, :-1],
-                logits_to_keep=Lc, use_cache=False)
-    logits = out.logits.float() / temperature  # predicts the last Lc tokens
-    targets = ids[:, T - Lc:]
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    out = decoder(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=position_ids[:, :-1],
+                  use_cache=False)
+    hidden = out.last_hidden_state[:, -Lc:]  # predicts the last Lc tokens
+    return _scatter_logprobs(head, hidden, ids[:, T - Lc:], comp_mask, temperature, with_entropy)
+
+
+def split_head(model):
+    """``(decoder, head)`` of a causal language model: the module that returns the final hidden states
+    and the output layer that maps them to logits. Raises ``ValueError`` for a model whose logits are
+    more than ``head(hidden)`` (a soft cap or a scale on the logits), which :func:`token_logprobs`
+    would get wrong."""
+    cfg = getattr(model, "config", None)
+    for field in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        if getattr(cfg, field, None) not in (None, 1.0):
+            raise ValueError(f"the model's config sets {field}: its logits are not its output layer's")
+    decoder = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if decoder is None or head is None:
+        raise ValueError(f"{type(model).__name__} has no decoder and output layer to score with")
+    return decoder, head
+
+
+# fp32 bytes of log-softmax per chunk of positions: 256 MiB, ~440 positions of a 152k vocabulary
+LOGIT_CHUNK_BYTES = 2**28
+
+
+def token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   with_entropy: bool = False, chunk_bytes: int | None = None):
+    """log pi(target_i) = z_i[target_i] - logsumexp(z_i), z_i = head(hidden_i) / temperature, for each
+    row i of ``hidden`` [n, d] (and the entropy -sum_v pi_v log pi_v, without gradient), over chunks of
+    at most ``chunk_bytes / (4 V)`` rows (default :data:`LOGIT_CHUNK_BYTES`). With gradients on, each chunk is checkpointed: its backward
+    pass recomputes the chunk's logits from its hidden states, so no [n, V] tensor is kept. Returns
+    (logprobs [n] float32, entropy [n] float32 or None)."""
+    vocab = head.weight.shape[0]
+    rows = max(1, int(chunk_bytes or LOGIT_CHUNK_BYTES) // (4 * vocab))
+
+    def chunk(h, t):
+        logp_all = F.log_softmax(head(h).float() / temperature, dim=-1)
+        logp = logp_all.gather(-1, t[:, None]).squeeze(-1)
+        if not with_entropy:
+            return logp, None
+        with torch.no_grad():
+            return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+    checkpointed = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
+    parts = []
+    for i in range(0, hidden.shape[0], rows):
+        h, t = hidden[i:i + rows], targets[i:i + rows]
+        if checkpointed:
+            parts.append(torch.utils.checkpoint.checkpoint(chunk, h, t, use_reentrant=False))
+        else:
+            parts.append(chunk(h, t))
+    if not parts:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
+    logp = torch.cat([p[0] for p in parts])
+    entropy = torch.cat([p[1] for p in parts]) if with_entropy else None
+    return logp, entropy
+
+
+def _scatter_logprobs(head, hidden, targets, mask, temperature, with_entropy):
+    """:func:`token_logprobs` of the positions where ``mask`` [b, Lc] is set, placed back on the
+    [b, Lc] grid (zero elsewhere): ``hidden`` [b, Lc, d] predicts ``targets`` [b, Lc]."""
+    sel_logp, sel_ent = token_logprobs(head, hidden[mask], targets[mask], temperature, with_entropy)
+    logp = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device).masked_scatter(mask, sel_logp)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, comp_mask, entropy
+        entropy = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device).masked_scatter(mask, sel_ent)
+    return logp, mask, entropy
 
 
 def _can_share_prompts(model, samples: Sequence[TrainSample]) -> bool:
@@ -121,38 +188,28 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
         t.to(device) for t in (pre_ids, pre_attn, ids, comp_mask, first, expand))
 
     pre_pos = (pre_attn.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True,
-                logits_to_keep=1)
+    decoder, head = split_head(model)
+    out = decoder(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True)
     cache = out.past_key_values
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
-        # not a plain growing cache (a model with its own cache type): use the unshared layout
+        # not a plain growing cache (a model with its own cache type, or gradient checkpointing, which
+        # turns the cache off in training): use the unshared layout
         return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
-    prompt_logits = out.logits[:, -1, :][expand]  # [b, V]: predicts each row's first token
-    # log-probabilities at [b, Lc] from two sources, never concatenating the [b, Lc, V] logits:
-    # the prompt's last position predicts column Lc - len_r (the row's first token), block column c - 1
-    # predicts column c for every later token
-    lp_first_all = F.log_softmax(prompt_logits.float() / temperature, dim=-1)  # [b, V]
-    first_tok = (ids * first).sum(-1)  # [b]
-    lp_first = lp_first_all.gather(-1, first_tok[:, None]).squeeze(-1)  # [b]
+    h_prompt = out.last_hidden_state[:, -1][expand]  # [b, d]: predicts each row's first token
+    # the hidden state that predicts column c: the prompt's last one at a row's first token (column
+    # Lc - len_r), block column c - 1 for every later token
     if Lc > 1:
         cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
         attn = torch.cat([pre_attn[expand], comp_mask[:, :-1].long()], dim=1)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
-        out = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
-                    use_cache=True)
-        lp_block_all = F.log_softmax(out.logits.float() / temperature, dim=-1)  # [b, Lc - 1, V]
+        out = decoder(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                      use_cache=True)
+        shifted = torch.cat([h_prompt[:, None], out.last_hidden_state], dim=1)  # [b, Lc, d]
     else:  # one-token completions: the prompt pass predicts them all, the block is empty
-        lp_block_all = lp_first_all.new_empty((len(samples), 0, lp_first_all.shape[-1]))
-    lp_block = lp_block_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [b, Lc - 1]
-    logp = torch.where(first, lp_first[:, None], torch.cat([lp_first[:, None], lp_block], dim=1))
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            ent_first = -(lp_first_all.exp() * lp_first_all).sum(-1)
-            ent_block = -(lp_block_all.exp() * lp_block_all).sum(-1)
-            entropy = torch.where(first, ent_first[:, None], torch.cat([ent_first[:, None], ent_block], dim=1))
-    return logp, comp_mask, entropy
+        shifted = h_prompt[:, None]
+    hidden = torch.where(first[..., None], h_prompt[:, None], shifted)
+    return _scatter_logprobs(head, hidden, ids, comp_mask, temperature, with_entropy)
 
 
 def sequence_logprobs(model, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],

@@ -107,7 +107,12 @@ class TrainConfig:
     minibatches: int = 1
     """Optimizer steps per pass over a batch."""
     micro_batch_tokens: int = 16384
-    """Tokens per forward/backward micro-batch (gradient accumulation); bounds training memory."""
+    """Tokens per forward/backward micro-batch (gradient accumulation); bounds training memory
+    (``rlcurate plan`` predicts the peak, appendix A1)."""
+    gradient_checkpointing: bool = False
+    """Recompute each transformer layer's activations in the backward pass instead of keeping them
+    (about a third more compute, a fraction of the activation memory); the G completions of a prompt
+    are then encoded with the prompt each (no shared prompt cache, chapter 5)."""
 
     # ---------------------------------------------------------------- the optimizer
     lr: float = 1e-4

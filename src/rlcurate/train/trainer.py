@@ -133,6 +133,8 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model, device=str(self.device), dtype="fp32")
         self.model = model.to(self.device)
+        if config.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.ref_model = None

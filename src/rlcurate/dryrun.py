@@ -1,0 +1,175 @@
+"""``rlcurate dryrun``: a GPU configuration trained for a step or two through the code a GPU run uses,
+on any machine, without the Hub (appendix A1, *What has run on a GPU*).
+
+For ``configs/gpu_*.yaml`` the model named in the config is rebuilt with random weights from its
+published architecture (:mod:`rlcurate.models.architectures`), written with ``save_pretrained`` next to
+the real Qwen tokenizer, and the run loads it with ``from_pretrained`` exactly as it would load the Hub
+checkpoint; the task reads the real dataset from ``RLCURATE_DATA_DIR``. Everything else is the config's:
+strategy, loss, optimizer, micro-batching, bf16 autocast on CUDA. By default the lengths are cut so that
+a CPU finishes (``--full`` keeps them, for a GPU). A random-weight model solves nothing, and a step
+whose groups all get reward 0 trains nothing, so the task's verifier runs on every completion and its
+reward is then replaced by a fixed pseudo-random 0 or 1 of the completion's text (:func:`coin_reward`):
+the groups are mixed and the training step does its full work.
+
+    rlcurate dryrun --config configs/gpu_grpo_qwen25_05b_gsm8k.yaml              # CPU: cut lengths
+    rlcurate dryrun --config configs/gpu_grpo_qwen25_05b_gsm8k.yaml --full       # GPU: as configured
+
+``--layers N`` keeps only the first N transformer layers (every width and the vocabulary stay real):
+the CPU test does this so that a 1.5B model's optimizer state fits in its memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rlcurate._help import ArgumentParser, HelpFormatter, wrap
+from rlcurate.errors import UserError
+
+__all__ = ["dry_run", "main", "CUT"]
+
+# The cut-down settings of a CPU dry run: one prompt-group pair per step, short completions.
+CUT = {"prompts_per_step": 2, "max_new_tokens": 16, "eval_prompts": 2, "eval_samples": 1,
+       "micro_batch_tokens": 4096, "gen_token_budget": 8192}
+
+
+def tokenizer_dir() -> Path:
+    """The Qwen tokenizer of the dry run: ``$RLCURATE_TOKENIZER_DIR``, else ``qwen2.5-tokenizer`` in
+    ``$RLCURATE_DATA_DIR``."""
+    explicit = os.environ.get("RLCURATE_TOKENIZER_DIR")
+    if explicit:
+        path = Path(explicit)
+    else:
+        from rlcurate.tasks.datasets import DATA_DIR_ENV
+
+        data = os.environ.get(DATA_DIR_ENV)
+        if not data:
+            raise UserError("the dry run needs the Qwen tokenizer: set RLCURATE_TOKENIZER_DIR, or RLCURATE_DATA_DIR "
+                            "to a folder holding qwen2.5-tokenizer/")
+        path = Path(data) / "qwen2.5-tokenizer"
+    if not (path / "tokenizer.json").is_file() and not (path / "vocab.json").is_file():
+        raise UserError(f"tokenizer folder {path} holds no tokenizer.json or vocab.json")
+    return path
+
+
+def coin_reward(task) -> None:
+    """Make ``task.reward`` call the real verifier, then return 0 or 1 by the parity of the CRC-32 of
+    the completion's text (module docstring)."""
+    import zlib
+
+    from rlcurate.tasks.base import Reward
+
+    real = task.reward
+
+    def reward(problem, completion):
+        verdict = real(problem, completion)
+        coin = zlib.crc32(str(completion).encode("utf-8", "replace")) & 1
+        return Reward(float(coin), f"dry run: coin {coin} (verifier: {verdict.value:g}, {verdict.reason})")
+
+    task.reward = reward
+
+
+def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | None = None,
+            workdir=None, overrides: list[str] | None = None, device: str = "auto") -> dict[str, Any]:
+    """Train the config's architecture with random weights for ``steps`` steps and one evaluation
+    (module docstring). Returns the run's summary with times, the peak memory and what was changed."""
+    from rlcurate.models.architectures import architecture, random_checkpoint
+    from rlcurate.train.config import TrainConfig
+
+    config = TrainConfig.load(config_path, overrides)
+    try:
+        architecture(config.model)
+    except KeyError as exc:
+        raise UserError(f"{config_path}: model {config.model!r}: {exc.args[0]}") from None
+    if steps < 1:
+        raise UserError(f"--steps must be at least 1, got {steps}")
+    tok_dir = tokenizer_dir()
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlcurate_dryrun_"))
+    changes: dict[str, Any] = {} if full else {k: v for k, v in CUT.items() if getattr(config, k) > v}
+    changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
+                   save_model=False, resume=False, progress=False, device=device,
+                   out_dir=str(work / "run"))
+    if not full:
+        changes["eval_prompts"] = min(config.eval_prompts, CUT["eval_prompts"])
+    arch_changes = {"num_hidden_layers": layers} if layers else {}
+
+    t0 = time.perf_counter()
+    folder = random_checkpoint(config.model, work / "checkpoint", tok_dir, seed=config.seed, **arch_changes)
+    t_build = time.perf_counter() - t0
+    model_id = config.model
+    changes["model"] = str(folder)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    config = TrainConfig.from_dict(config.to_dict(), source=f"{config_path} (dry run)")
+
+    import torch
+
+    from rlcurate.presets import task_kwargs_for
+    from rlcurate.train import Trainer
+    from rlcurate.train.preflight import preflight
+
+    config.task_kwargs, _ = task_kwargs_for(config.model, config.task, config.task_kwargs)
+    task, curator, _ = preflight(config)
+    coin_reward(task)
+    cuda = torch.cuda.is_available() and device in ("auto", "cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t1 = time.perf_counter()
+    trainer = Trainer(config, task=task, curator=curator)
+    summary = trainer.run()
+    t_run = time.perf_counter() - t1
+    peak = (torch.cuda.max_memory_allocated() if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    totals = summary["totals"]
+    return {"config": str(config_path), "model": model_id, "layers": layers or architecture(model_id)["num_hidden_layers"],
+            "full": full, "changed": {k: v for k, v in changes.items() if k not in ("out_dir", "model", "progress")},
+            "device": str(trainer.device), "steps": summary["steps"],
+            "build_s": round(t_build, 1), "run_s": round(t_run, 1),
+            "time_generate_s": round(totals["time/generate"], 2), "time_train_s": round(totals["time/train"], 2),
+            "time_eval_s": round(totals["time/eval"], 2),
+            "rollouts": totals["rollouts"], "generated_tokens": totals["generated_tokens"],
+            "trained_tokens": totals["trained_tokens"],
+            "peak_memory_bytes": int(peak), "peak_memory_kind": "cuda max_memory_allocated" if cuda else "process max RSS",
+            "final_eval": summary["final_eval"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="rlcurate dryrun", formatter_class=HelpFormatter,
+                       description=wrap("Train a GPU configuration's architecture with random weights for a step "
+                                        "and one evaluation, through the code a GPU run uses, without the Hub "
+                                        "(appendix A1). Lengths are cut unless --full."))
+    p.add_argument("--config", required=True, nargs="+", help="one or more configs/gpu_*.yaml")
+    p.add_argument("--steps", type=int, default=1, help="training steps")
+    p.add_argument("--full", action="store_true", help="keep the config's lengths and batch (for a GPU)")
+    p.add_argument("--layers", type=int, help="keep only the first N transformer layers")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (after the cut)")
+    p.add_argument("--json", help="write the results to this JSON file")
+    args = p.parse_args(argv)
+    for path in args.config:  # every file is checked before the first (expensive) run
+        if not Path(path).is_file():
+            raise UserError(f"config not found: {path}")
+    tokenizer_dir()
+    results = []
+    for path in args.config:
+        r = dry_run(path, steps=args.steps, full=args.full, layers=args.layers, overrides=args.overrides,
+                    device=args.device)
+        results.append(r)
+        acc = (r["final_eval"] or {}).get("eval/accuracy")
+        print(f"{path}: {r['steps']} step(s) on {r['device']} in {r['run_s']} s (generate {r['time_generate_s']} s, "
+              f"train {r['time_train_s']} s, eval {r['time_eval_s']} s), peak {r['peak_memory_bytes'] / 2**30:.2f} GiB "
+              f"({r['peak_memory_kind']}), eval accuracy {acc} (coin rewards)", flush=True)
+        if args.json:  # written after every config, so a later failure loses nothing
+            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

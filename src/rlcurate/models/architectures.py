@@ -1,0 +1,73 @@
+"""The architectures of the Hub checkpoints that the GPU configurations train (appendix A1).
+
+Each entry holds the architecture fields of the checkpoint's published ``config.json``, enough to build
+the same network with random weights (:func:`random_checkpoint`) without the Hub: the planner counts
+its parameters and activations from it (:mod:`rlcurate.plan`), and the dry run trains it through the
+GPU code path on any machine (:mod:`rlcurate.dryrun`). Throughput and memory do not depend on the
+weights' values.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ARCHITECTURES", "architecture", "hf_config", "random_checkpoint"]
+
+_QWEN2_COMMON = dict(model_type="qwen2", vocab_size=151936, rms_norm_eps=1e-6, hidden_act="silu",
+                     use_sliding_window=False, tie_word_embeddings=True, bos_token_id=151643)
+
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    # Qwen/Qwen2.5-0.5B-Instruct, config.json
+    "Qwen/Qwen2.5-0.5B-Instruct": dict(_QWEN2_COMMON, hidden_size=896, intermediate_size=4864,
+                                       num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                                       max_position_embeddings=32768, rope_theta=1000000.0,
+                                       eos_token_id=151645),
+    # Qwen/Qwen2.5-Math-1.5B, config.json
+    "Qwen/Qwen2.5-Math-1.5B": dict(_QWEN2_COMMON, hidden_size=1536, intermediate_size=8960,
+                                   num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                                   max_position_embeddings=4096, rope_theta=10000.0, eos_token_id=151643),
+    # Qwen/Qwen3-0.6B, config.json
+    "Qwen/Qwen3-0.6B": dict(model_type="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                            num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                            max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                            hidden_act="silu", tie_word_embeddings=True, attention_bias=False,
+                            use_sliding_window=False, bos_token_id=151643, eos_token_id=151645),
+}
+ARCHITECTURES["Qwen/Qwen2.5-0.5B"] = ARCHITECTURES["Qwen/Qwen2.5-0.5B-Instruct"]
+
+
+def architecture(model_id: str) -> dict[str, Any]:
+    """The architecture fields of ``model_id``; ``KeyError`` naming the known ids otherwise."""
+    try:
+        return dict(ARCHITECTURES[model_id])
+    except KeyError:
+        raise KeyError(f"no architecture recorded for {model_id!r}; known: {', '.join(sorted(ARCHITECTURES))}") from None
+
+
+def hf_config(model_id: str, **changes):
+    """The transformers config of ``model_id``'s architecture, with ``changes`` (for example fewer
+    layers for a CPU dry run)."""
+    from transformers import AutoConfig
+
+    fields = {**architecture(model_id), **changes}
+    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+def random_checkpoint(model_id: str, folder, tokenizer_dir, seed: int = 0, **changes) -> Path:
+    """Write a checkpoint of ``model_id``'s architecture with random weights (bf16 on disk, as the Hub's)
+    and the tokenizer files of ``tokenizer_dir`` to ``folder``; return ``folder``. Loading it with
+    ``from_pretrained`` is the code path of a Hub checkpoint."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config(model_id, **changes), dtype=torch.bfloat16)
+    model.save_pretrained(folder)
+    for f in Path(tokenizer_dir).iterdir():
+        if f.is_file() and f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens")):
+            shutil.copy(f, folder / f.name)
+    return folder
