@@ -91,7 +91,7 @@ def checkpoint_dir(model: str | None, tmp: Path) -> Path:
 def _patch_share_switch():
     """Let each benchmarked trainer choose whether its training forward shares prompt caches (the
     baseline trainer reproduces the trainer before that change)."""
-    import rlcurate.train.trainer as T
+    import rlcurate.policy.scoring as T  # the trainer's policy calls scoring.forward_logprobs
 
     if getattr(T.forward_logprobs, "_bench_switch", False):
         return

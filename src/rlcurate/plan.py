@@ -1,4 +1,21 @@
-"""Memory of a training run on one GPU, predicted from the architecture (appendix A1, *Memory*).
+"""``rlcurate plan``: the memory and time of a training configuration on one GPU, predicted from its
+architecture, and a verdict (appendix A1, *Memory* and *Planning a GPU run*).
+
+    rlcurate plan --config configs/gpu_grpo_qwen25_05b_gsm8k.yaml --gpu h100-80gb
+    rlcurate plan --suite configs/suites/gpu_end_to_end_gsm8k.yaml
+
+**Memory.** The peak is the static part plus the larger of the training and the generation phase:
+
+    static      weights 4N + gradients 4N + AdamW moments 8N (fp32) + a reference model 4N when
+                kl_coef > 0 (a copy of the fp32 policy) + the bf16 weight copies autocast keeps 2N
+    training    activations per completion token x completion tokens of the largest micro-batch
+                + the prompt pass + each row's copy of its prompt's keys and values + a backward
+                transient (fitted on the H100: 1.5 GiB + c x one layer's activations per token)
+    generation  the KV cache of gen_token_budget tokens (bf16) + the sampler's fp32 logits
+
+The largest micro-batch packs ``micro_batch_tokens // (shortest prompt + max_new_tokens)`` rows of
+``max_new_tokens`` each (:func:`rlcurate.policy.batching.plan_micro_batches`): short prompts let more
+completions into a micro-batch, and completions hold nearly all of its activations.
 
 Activations per completion token of a training micro-batch, bf16 autocast over fp32 master weights,
 with the trainer's own forward (:func:`rlcurate.policy.scoring.forward_logprobs`): what autograd keeps
@@ -25,7 +42,16 @@ appendix sets them side by side.
 
 from __future__ import annotations
 
-__all__ = ["activation_bytes_per_token", "layer_bytes_per_token", "head_bytes_per_token"]
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["activation_bytes_per_token", "layer_bytes_per_token", "head_bytes_per_token", "GPUS",
+           "PROMPT_TOKENS", "Plan", "plan_config", "main"]
+
+GiB = 2**30
 
 
 def _dims(config):
@@ -53,3 +79,245 @@ def activation_bytes_per_token(config, gradient_checkpointing: bool = False) -> 
     if gradient_checkpointing:
         return layers * 4 * config.hidden_size + head_bytes_per_token(config)
     return layers * layer_bytes_per_token(config) + head_bytes_per_token(config)
+
+
+# ------------------------------------------------------------------------------------------ the machine
+# Memory a training process can use (the card's memory less ~1.5 GiB of CUDA context and allocator
+# slack), the copy bandwidth and dense bf16 matmul rate as measured on the H100 by
+# bench/bench_gpu_throughput.py (data/bench/gpu_h100.json), the vendor's figures for the others.
+GPUS: dict[str, dict[str, float]] = {
+    "h100-80gb": {"memory": 78.0 * GiB, "bandwidth": 2.90e12, "bf16_flops": 774e12},
+    "h200": {"memory": 138.0 * GiB, "bandwidth": 4.3e12, "bf16_flops": 790e12},
+    "a100-80gb": {"memory": 78.0 * GiB, "bandwidth": 2.0e12, "bf16_flops": 312e12},
+    "a100-40gb": {"memory": 38.5 * GiB, "bandwidth": 1.5e12, "bf16_flops": 312e12},
+    "l4-24gb": {"memory": 22.5 * GiB, "bandwidth": 0.3e12, "bf16_flops": 121e12},
+}
+
+# Prompt tokens (shortest, mean, longest) of each task's training split as the trainer renders them
+# with the Qwen2.5 chat template and tokenizer (measured on ../shared/data; tests/test_plan.py
+# re-measures them).
+PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
+    "gsm8k": (61, 108, 243), "math": (35, 110, 1364), "math_l3to5": (35, 110, 1364),
+    "countdown": (103, 108, 111),
+}
+# The activation formula's error on the H100 was -1 % to -3 % (bench_memory); the plan adds this margin.
+ACTIVATION_MARGIN = 1.05
+
+# Time, from the H100 measurements (appendix A1, *Benchmarks*): the trainer's decode loop (eager
+# transformers, fp32 master weights under autocast) is bound by per-step overhead, not bandwidth:
+# 44 ms per step at 256 rows for the 24-layer 0.5B model in the dry run (data/bench/dryrun_h100_grpo_05b.json;
+# 22.5 s for 511 steps), of which 0.012 ms per row (bench_gpu_throughput's slope over 8-1024 rows); the
+# per-layer part is scaled with depth. Training runs at the bench's steady-state share of the matmul
+# limit, 0.258 of 774 TFLOP/s at 6 FLOPs per parameter and position.
+DECODE_S_PER_LAYER = (0.044 - 256 * 1.2e-5) / 24
+DECODE_S_PER_ROW = 1.2e-5
+TRAIN_MATMUL_SHARE = 0.258
+
+
+def _param_count(config) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def kv_bytes_per_token(config) -> int:
+    """bf16 keys and values of one token over all layers: 2 x layers x kv_heads x head_dim x 2 bytes."""
+    d, q, k, m, h = _dims(config)
+    return 2 * config.num_hidden_layers * k * 2
+
+
+@dataclass
+class Plan:
+    """The predicted memory (bytes) and time (seconds) of one configuration on one GPU."""
+
+    config: str
+    gpu: str
+    params: int
+    memory: dict[str, float]
+    peak_bytes: float
+    capacity_bytes: float
+    seconds: dict[str, float]
+    advice: list[str] = field(default_factory=list)
+    assumptions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.seconds["total"] / 3600
+
+    def describe(self) -> str:
+        m = {k: f"{v / GiB:.1f}" for k, v in self.memory.items()}
+        lines = [f"{self.config} on {self.gpu}: {self.params / 1e9:.2f}B parameters; peak {self.peak_bytes / GiB:.1f} GiB "
+                 f"of {self.capacity_bytes / GiB:.1f} GiB: {'fits' if self.fits else 'DOES NOT FIT'}",
+                 "  GiB: " + ", ".join(f"{k} {v}" for k, v in m.items()),
+                 f"  time: {self.seconds['generate_per_step']:.0f} s generating + {self.seconds['train_per_step']:.1f} s "
+                 f"training per step, {self.seconds['eval_each']:.0f} s per evaluation; {self.gpu_hours:.1f} GPU-hours "
+                 f"in all ({self.assumptions['rollouts']:,} rollouts, {self.assumptions['steps']} steps, "
+                 f"{self.assumptions['evaluations']} evaluations)"]
+        lines += [f"  turn: {a}" for a in self.advice]
+        return "\n".join(lines)
+
+
+def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, int] | None = None,
+                arch_config=None, name: str | None = None) -> Plan:
+    """The :class:`Plan` of a :class:`~rlcurate.train.config.TrainConfig` (module docstring).
+    ``arch_config`` is the transformers config of the model (default: from
+    :mod:`rlcurate.models.architectures` by ``config.model``); ``prompt_tokens`` is (shortest, mean, longest)
+    (default :data:`PROMPT_TOKENS` of the task)."""
+    from rlcurate.models.architectures import hf_config
+
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
+    card = GPUS[gpu]
+    arch = arch_config if arch_config is not None else hf_config(config.model)
+    if prompt_tokens is None:
+        if config.task not in PROMPT_TOKENS:
+            raise ValueError(f"no prompt length recorded for task {config.task!r}; pass prompt_tokens")
+        prompt_tokens = PROMPT_TOKENS[config.task]
+    p_min, p_mean, p_max = prompt_tokens
+    p_max = min(p_max, config.max_prompt_tokens)
+    n = _param_count(arch)
+    layers = arch.num_hidden_layers
+    gc = bool(getattr(config, "gradient_checkpointing", False))
+    a_tok = ACTIVATION_MARGIN * activation_bytes_per_token(arch, gradient_checkpointing=gc)
+    a_layer = layer_bytes_per_token(arch)
+    d, q, k, m, h = _dims(arch)
+
+    memory: dict[str, float] = {"weights": 4.0 * n, "gradients": 4.0 * n, "adam": 8.0 * n, "bf16_copies": 2.0 * n}
+    if config.kl_coef > 0:
+        memory["reference"] = 4.0 * n
+    L = config.max_new_tokens
+    rows = max(1, config.micro_batch_tokens // (p_min + L))
+    tokens = rows * L
+    prompts = math.ceil(rows / max(config.group_size, 1))
+    c_transient = 3.0 if getattr(arch, "model_type", "") == "qwen3" else 0.5
+    train = {"activations": a_tok * tokens,
+             "prompt_pass": a_tok * prompts * p_mean,
+             "prompt_kv_rows": rows * layers * 4 * k * p_mean,
+             "transient": 1.5 * GiB + c_transient * (a_layer if not gc else a_layer) * tokens}
+    gen_rows = max(1, config.gen_token_budget // (p_mean + L))
+    generation = {"kv_cache": kv_bytes_per_token(arch) * config.gen_token_budget,
+                  "logits": 3 * 4 * gen_rows * arch.vocab_size}
+    static = sum(memory.values())
+    train_total, gen_total = sum(train.values()), sum(generation.values())
+    memory.update({f"train_{k}": v for k, v in train.items()})
+    memory.update({f"gen_{k}": v for k, v in generation.items()})
+    peak = static + max(train_total, gen_total)
+
+    # ---------------------------------------------------------------- time
+    per_step_rollouts = config.prompts_per_step * config.group_size
+    steps = config.steps
+    rollouts = per_step_rollouts * steps
+    if config.max_rollouts:
+        rollouts = min(rollouts, config.max_rollouts) if steps else config.max_rollouts
+
+    def generate_seconds(n_rollouts: int) -> float:
+        if n_rollouts <= 0:
+            return 0.0
+        batches = math.ceil(n_rollouts / gen_rows)
+        rows_per_batch = n_rollouts / batches
+        return batches * L * (DECODE_S_PER_LAYER * layers + DECODE_S_PER_ROW * rows_per_batch)
+
+    train_flops = 6.0 * n * per_step_rollouts * (L + p_mean / max(config.group_size, 1))
+    train_s = train_flops * config.update_epochs / (card["bf16_flops"] * TRAIN_MATMUL_SHARE)
+    if gc:
+        train_s *= 4 / 3
+    eval_rollouts = config.eval_prompts * config.eval_samples
+    total_steps = max(1, math.ceil(rollouts / per_step_rollouts))
+    n_evals = 0
+    if config.eval_every_rollouts:
+        n_evals = 1 + rollouts // config.eval_every_rollouts
+    elif config.eval_every:
+        n_evals = 1 + total_steps // config.eval_every
+    gen_step = generate_seconds(per_step_rollouts)
+    eval_each = generate_seconds(eval_rollouts)
+    seconds = {"generate_per_step": gen_step, "train_per_step": train_s, "eval_each": eval_each,
+               "total": total_steps * (gen_step + train_s) + n_evals * eval_each}
+
+    plan = Plan(config=name or config.model, gpu=gpu, params=n, memory=memory, peak_bytes=peak,
+                capacity_bytes=card["memory"], seconds=seconds,
+                assumptions={"prompt_tokens": [p_min, p_mean, p_max],
+                             "micro_batch_rows": rows, "generation_rows": gen_rows, "rollouts": rollouts,
+                             "steps": total_steps, "evaluations": n_evals,
+                             "activation_bytes_per_token": a_tok,
+                             "time_model": "decode steps at max_new_tokens each (an upper bound); eager engine"})
+    if not plan.fits:
+        over = peak - card["memory"]
+        if train_total >= gen_total:
+            per_budget_token = (train_total - 1.5 * GiB) / max(config.micro_batch_tokens, 1)
+            fit_tokens = int((card["memory"] - static - 1.5 * GiB) / max(per_budget_token, 1))
+            if fit_tokens >= p_min + L:
+                plan.advice.append(f"micro_batch_tokens <= {fit_tokens // 1024 * 1024} (now {config.micro_batch_tokens}); "
+                                   f"{over / GiB:.1f} GiB over")
+            if not gc:
+                plan.advice.append("or gradient_checkpointing: true")
+        else:
+            fit = int((card["memory"] - static - generation["logits"]) / kv_bytes_per_token(arch))
+            plan.advice.append(f"gen_token_budget <= {fit // 1024 * 1024} (now {config.gen_token_budget})")
+    return plan
+
+
+# ------------------------------------------------------------------------------------------ the command
+def _suite_configs(path):
+    """``(run name, seeds, TrainConfig)`` of each run of a suite."""
+    import tempfile
+
+    from rlcurate.experiments import load_suite, run_config
+
+    suite = load_suite(path)
+    scratch = Path(tempfile.mkdtemp(prefix="rlcurate_plan_"))
+    return suite, [(name, suite["seeds"], run_config(suite, name, suite["seeds"][0], scratch)) for name in suite["runs"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rlcurate._help import ArgumentParser, HelpFormatter, wrap
+    from rlcurate.errors import UserError
+    from rlcurate.train.config import TrainConfig
+
+    p = ArgumentParser(prog="rlcurate plan", formatter_class=HelpFormatter,
+                       description=wrap("Predict the peak GPU memory and the GPU-hours of training configurations "
+                                        "or of a suite on one GPU, and refuse what does not fit, naming the knob "
+                                        "to turn (appendix A1). Exit status 1 if anything does not fit."))
+    p.add_argument("--config", nargs="+", default=[], help="training configs (YAML)")
+    p.add_argument("--suite", nargs="+", default=[], help="suites (configs/suites/NAME.yaml): every run and seed")
+    p.add_argument("--gpu", default="h100-80gb", help=f"one of: {', '.join(GPUS)}")
+    p.add_argument("--prompt-tokens", type=int, nargs=3, metavar=("MIN", "MEAN", "MAX"),
+                   help="prompt lengths in tokens (default: measured for the task)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key")
+    args = p.parse_args(argv)
+    if not args.config and not args.suite:
+        raise UserError("rlcurate plan: give --config or --suite")
+    if args.gpu not in GPUS:
+        raise UserError(f"--gpu {args.gpu!r}: unknown; known: {', '.join(GPUS)}")
+    prompt = tuple(args.prompt_tokens) if args.prompt_tokens else None
+    jobs = [(path, 1, TrainConfig.load(path, args.overrides)) for path in args.config]
+    suites = []
+    for path in args.suite:
+        suite, runs = _suite_configs(path)
+        suites.append((suite["name"], path, [f"{path}:{name}" for name, _, _ in runs]))
+        jobs += [(f"{path}:{name}", len(seeds), config) for name, seeds, config in runs]
+    refused = 0
+    hours: dict[str, float] = {}
+    for name, copies, config in jobs:
+        try:
+            plan = plan_config(config, args.gpu, prompt, name=name)
+        except (KeyError, ValueError) as exc:
+            raise UserError(f"{name}: {exc.args[0]}") from None
+        print(plan.describe())
+        hours[name] = plan.gpu_hours * copies
+        if copies > 1:
+            print(f"  x {copies} seeds: {hours[name]:.1f} GPU-hours")
+        refused += not plan.fits
+    for suite_name, path, names in suites:
+        total = sum(hours[n] for n in names)
+        print(f"suite {suite_name} ({path}): {total:.0f} GPU-hours on one {args.gpu} ({total / 24:.1f} days)")
+    if refused:
+        print(f"rlcurate plan: {refused} configuration(s) do not fit on {args.gpu}", file=sys.stderr)
+    return 1 if refused else 0

@@ -28,3 +28,7 @@ def check(records):
         assert all(_interval_ok(r) for r in table.values())
     live = records["live"]
     assert live["uniform"]["rollouts"] == live["uniform"]["steps"] * 4 * 8
+    # every A/A comparison (two pools, two orders, two measures) as one Holm family
+    if "aa_family_holm" in records:
+        holm = records["aa_family_holm"]
+        assert len(holm) == 8 and all(0 <= p <= 1 for p in holm.values())

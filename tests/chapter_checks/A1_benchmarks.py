@@ -20,3 +20,9 @@ def check(records):
         assert records["audit"]["samples_per_s"] > 0
     for ratio in records["forced_run_ratios"]:  # every stored forced-length run, same sanity range
         assert 0.05 < ratio < 5
+    # issue #17: the planner's activation formula against the H100's measurement, and its verdicts
+    for model, m in (records.get("memory_per_token") or {}).items():
+        assert abs(m["predicted"] / m["measured"] - 1) < 0.15, model
+    plans = records["gpu_plans"]
+    assert len(plans) >= 8 and all(p["fits"] and p["peak_gib"] < 78 and p["gpu_hours"] > 0 for p in plans.values())
+    assert all(h > 0 for h in records["gpu_suite_hours"].values()) and len(records["gpu_suite_hours"]) >= 3

@@ -326,6 +326,9 @@ class DatasetTask(Task):
         source: ``"auto"``, ``"local"`` or ``"hub"`` (see :func:`load_split`).
         system_prompt: the system turn; ``None`` uses the task's default, ``""`` sends no system turn.
         prefill: text the assistant turn starts with.
+        validation_size: the last this many problems of the training file form the ``validation``
+            split (for choosing a learning rate without the test prompts, chapter 10), and the
+            ``train`` split leaves them out; 0 (the default): no validation split.
     """
 
     splits: Mapping[str, SplitSpec] = {}
@@ -338,7 +341,10 @@ class DatasetTask(Task):
         source: str = "auto",
         system_prompt: str | None = None,
         prefill: str = "",
+        validation_size: int = 0,
     ):
+        if isinstance(validation_size, bool) or not isinstance(validation_size, int) or validation_size < 0:
+            raise ValueError(f"validation_size must be an integer >= 0, got {validation_size!r}")
         if source not in ("auto", "local", "hub"):
             raise ValueError(f"source must be 'auto', 'local' or 'hub', got {source!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
@@ -351,6 +357,7 @@ class DatasetTask(Task):
         self.source = source
         self.system_prompt = self.default_system_prompt if system_prompt is None else system_prompt
         self._prefill = prefill
+        self.validation_size = validation_size
         self._cache: dict[str, list[Problem]] = {}
         self.skipped: dict[str, list[str]] = {}
 
@@ -359,10 +366,23 @@ class DatasetTask(Task):
         """All problems of ``split`` in file order; parsed once, then cached (chapter 4).
 
         A malformed row raises :class:`DatasetFormatError`; a row that cannot be graded (an empty
-        gold answer) is skipped with a warning and listed in ``self.skipped[split]``.
+        gold answer) is skipped with a warning and listed in ``self.skipped[split]``. With
+        ``validation_size`` the ``validation`` split is the end of the training file (class docstring).
         """
+        if self.validation_size and split in ("train", "validation"):
+            train = self._problems("train")
+            if len(train) <= self.validation_size:
+                raise ValueError(f"validation_size={self.validation_size} leaves no training problems "
+                                 f"(task {self.name!r} has {len(train)})")
+            cut = len(train) - self.validation_size
+            return train[cut:] if split == "validation" else train[:cut]
+        return self._problems(split)
+
+    def _problems(self, split: str) -> list[Problem]:
         if split not in self.splits:
-            raise ValueError(f"split={split!r} is not available for task {self.name!r}; it has {sorted(self.splits)}")
+            extra = " (a validation split: task_kwargs validation_size)" if split == "validation" else ""
+            raise ValueError(f"split={split!r} is not available for task {self.name!r}; it has "
+                             f"{sorted(self.splits)}{extra}")
         if split not in self._cache:
             records = load_split(self.splits[split], self.data_dir, self.source)
             root = resolve_data_dir(self.data_dir) if self.source != "hub" else None
