@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from rlcurate.cli import main
-from rlcurate.errors import UserError
 from rlcurate.plan import PROMPT_TOKENS, activation_bytes_per_token, plan_config
 from rlcurate.train.config import TrainConfig
 

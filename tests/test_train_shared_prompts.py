@@ -130,3 +130,21 @@ def test_a_model_whose_logits_are_not_its_output_layer_is_refused():
     cfg = type("Cfg", (), {"final_logit_softcapping": 30.0})()
     with pytest.raises(ValueError, match="final_logit_softcapping"):
         split_head(type("M", (), {"config": cfg})())
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny_model_and_tokenizer):
+    """``gradient_checkpointing: true`` recomputes each layer in the backward pass (no prompt cache to
+    share in training mode, so the unshared layout is used): the same numbers."""
+    import copy
+
+    model, tok = tiny_model_and_tokenizer
+    plain = copy.deepcopy(model).train()
+    ckpt = copy.deepcopy(model).train()
+    ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    samples = _groups(np.random.default_rng(5))
+    a = _loss_and_grads(plain, samples, tok.pad_token_id, share=True)
+    b = _loss_and_grads(ckpt, samples, tok.pad_token_id, share=True)
+    assert torch.allclose(a[0][a[1]], b[0][b[1]], atol=1e-5)
+    assert a[3] == pytest.approx(b[3], abs=1e-6)
+    for ga, gb in zip(a[4], b[4]):
+        assert torch.allclose(ga, gb, atol=1e-6, rtol=1e-4)

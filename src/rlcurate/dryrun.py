@@ -135,7 +135,7 @@ def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | No
             "time_eval_s": round(totals["time/eval"], 2),
             "rollouts": totals["rollouts"], "generated_tokens": totals["generated_tokens"],
             "trained_tokens": totals["trained_tokens"],
-            "peak_memory_bytes": int(peak), "peak_memory_kind": "cuda max_memory_allocated" if cuda else "process max RSS",
+            "peak_memory_bytes": int(peak), "peak_memory_kind": "cuda max_memory_allocated" if cuda else "process max RSS (so far in this process)",
             "final_eval": summary["final_eval"]}
 
 
