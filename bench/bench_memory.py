@@ -4,7 +4,7 @@ A model of a GPU configuration's real architecture (random weights, fp32 master 
 scores a micro-batch with the trainer's own ``forward_logprobs`` and ``policy_loss`` (prompts shared
 across each group of G completions, as the trainer does) at two completion lengths; the difference of
 the memory held for the backward pass, divided by the difference in completion tokens, is the
-per-token activation memory that ``rlcurate plan`` predicts (``rlcurate.plan.activation_bytes_per_token``).
+per-token activation memory that ``rlcurate plan`` predicts (``rlcurate.policy.memory.activation_bytes_per_token``).
 
 Memory held for the backward pass is read two ways:
 
@@ -101,7 +101,7 @@ def main(argv=None):
     from transformers.utils import logging as hf_logging
 
     from rlcurate.models.architectures import hf_config
-    from rlcurate.plan import activation_bytes_per_token
+    from rlcurate.policy.memory import activation_bytes_per_token
 
     hf_logging.set_verbosity_error()
     rows = []

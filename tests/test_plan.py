@@ -164,3 +164,32 @@ def test_dry_run_refuses_an_unknown_model_before_building_anything(tmp_path, cap
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "checkpoint").exists()
+
+
+def test_micro_batches_sized_from_a_memory_budget(tmp_path, one_thread):
+    """``micro_batch_memory_gib``: the trainer's micro-batches hold the most tokens whose activations
+    (with the planner's margin) fit the budget; the saved config keeps micro_batch_tokens as given (a
+    resume sees no change), and the planner sizes them the same way."""
+    from rlcurate.policy.memory import ACTIVATION_MARGIN, micro_batch_tokens_for
+    from rlcurate.train import Trainer
+
+    budget = 0.01
+    config = TrainConfig.load(REPO / "configs" / "tiny_uniform.yaml", [
+        "steps=1", "prompts_per_step=2", "eval_every=0", "checkpoint_every=0", "progress=false", "threads=1",
+        f"micro_batch_memory_gib={budget}", f"out_dir={tmp_path / 'run'}"])
+    trainer = Trainer(config)
+    per_token = activation_bytes_per_token(trainer.model.config)
+    tokens = trainer.policy.token_budget
+    assert tokens == micro_batch_tokens_for(trainer.model.config, budget * 2**30)
+    assert tokens * per_token * ACTIVATION_MARGIN <= budget * 2**30 < (tokens + 1) * per_token * ACTIVATION_MARGIN
+    trainer.run()
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["micro_batch_tokens"] == TrainConfig().micro_batch_tokens and saved["micro_batch_memory_gib"] == budget
+
+    gpu = TrainConfig.load(REPO / "configs" / "gpu_e2e_qwen25_math_15b.yaml",
+                           ["micro_batch_tokens=32768", "micro_batch_memory_gib=30"])
+    plan = plan_config(gpu)
+    assert plan.fits and plan.assumptions["micro_batch_tokens"] < 32768
+    assert plan.memory["train_activations"] <= 30 * 2**30
+    with pytest.raises(ValueError, match="micro_batch_memory_gib must be >= 0"):
+        TrainConfig(micro_batch_memory_gib=-1)

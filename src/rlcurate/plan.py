@@ -17,27 +17,7 @@ The largest micro-batch packs ``micro_batch_tokens // (shortest prompt + max_new
 ``max_new_tokens`` each (:func:`rlcurate.policy.batching.plan_micro_batches`): short prompts let more
 completions into a micro-batch, and completions hold nearly all of its activations.
 
-Activations per completion token of a training micro-batch, bf16 autocast over fp32 master weights,
-with the trainer's own forward (:func:`rlcurate.policy.scoring.forward_logprobs`): what autograd keeps
-for the backward pass of one decoder layer of the Qwen2/Llama family (d hidden, q = heads x head_dim,
-k = kv_heads x head_dim, m = intermediate size; bytes per token):
-
-    RMSNorm x 2            2 x (4d + 4d)     its fp32 input (the residual stream) and normalised output
-    q, k, v projections    3 x 2d            autocast casts the fp32 input to bf16 once per projection
-    rotary embedding       2 x (2q + 2k)     q and k, and their rotated halves, bf16
-    attention (SDPA)       2q + 4k + 2q + 4h q, k, v in, the output and fp32 log-sum-exp out
-    o projection           2q                its bf16 input
-    MLP                    2 x 2d + 4 x 2m   gate/up inputs, gate and up outputs, silu(gate), the product
-
-    per layer  a = 24d + 10q + 8k + 8m + 4h    (fp32 residual stream; h = attention heads)
-
-Qwen3's RMSNorm of q and k per head adds 3(q + k) (fitted: a two-layer Qwen3-0.6B on the CPU).
-
-plus the final norm and the output layer's input at every completion position (4d + 4d + 4d: the
-chunked output layer keeps only its fp32 input, :func:`rlcurate.policy.scoring.token_logprobs`). With
-gradient checkpointing each layer keeps only its fp32 input (4d) and one layer's activations exist at a
-time in the backward pass. ``bench/bench_memory.py`` measures these on the CPU and on a GPU; the
-appendix sets them side by side.
+Activations per completion token: :mod:`rlcurate.policy.memory` (its docstring counts every tensor).
 """
 
 from __future__ import annotations
@@ -48,37 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlcurate.policy.memory import (ACTIVATION_MARGIN, activation_bytes_per_token, head_bytes_per_token,
+                                    layer_bytes_per_token, layer_dims, micro_batch_tokens_for)
+
 __all__ = ["activation_bytes_per_token", "layer_bytes_per_token", "head_bytes_per_token", "GPUS",
            "PROMPT_TOKENS", "Plan", "plan_config", "main"]
 
 GiB = 2**30
-
-
-def _dims(config):
-    d = config.hidden_size
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or d // heads
-    return d, heads * head_dim, config.num_key_value_heads * head_dim, config.intermediate_size, heads
-
-
-def layer_bytes_per_token(config) -> float:
-    """Bytes one decoder layer keeps for the backward pass per token (module docstring)."""
-    d, q, k, m, h = _dims(config)
-    qk_norm = 3 * (q + k) if getattr(config, "model_type", "") == "qwen3" else 0
-    return 24 * d + 10 * q + 8 * k + 8 * m + 4 * h + qk_norm
-
-
-def head_bytes_per_token(config) -> float:
-    """Bytes the final norm and the chunked output layer keep per completion token."""
-    return 12 * config.hidden_size
-
-
-def activation_bytes_per_token(config, gradient_checkpointing: bool = False) -> float:
-    """Activation bytes per completion token of a micro-batch (module docstring)."""
-    layers = config.num_hidden_layers
-    if gradient_checkpointing:
-        return layers * 4 * config.hidden_size + head_bytes_per_token(config)
-    return layers * layer_bytes_per_token(config) + head_bytes_per_token(config)
 
 
 # ------------------------------------------------------------------------------------------ the machine
@@ -100,8 +56,7 @@ PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
     "gsm8k": (61, 108, 243), "math": (35, 110, 1364), "math_l3to5": (35, 110, 1364),
     "countdown": (103, 108, 111),
 }
-# The activation formula's error on the H100 was -1 % to -3 % (bench_memory); the plan adds this margin.
-ACTIVATION_MARGIN = 1.05
+
 
 # Time, from the H100 measurements (appendix A1, *Benchmarks*): the trainer's decode loop (eager
 # transformers, fp32 master weights under autocast) is bound by per-step overhead, not bandwidth:
@@ -125,7 +80,7 @@ def _param_count(config) -> int:
 
 def kv_bytes_per_token(config) -> int:
     """bf16 keys and values of one token over all layers: 2 x layers x kv_heads x head_dim x 2 bytes."""
-    d, q, k, m, h = _dims(config)
+    d, q, k, m, h = layer_dims(config)
     return 2 * config.num_hidden_layers * k * 2
 
 
@@ -187,13 +142,16 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
     gc = bool(getattr(config, "gradient_checkpointing", False))
     a_tok = ACTIVATION_MARGIN * activation_bytes_per_token(arch, gradient_checkpointing=gc)
     a_layer = layer_bytes_per_token(arch)
-    d, q, k, m, h = _dims(arch)
+    d, q, k, m, h = layer_dims(arch)
 
     memory: dict[str, float] = {"weights": 4.0 * n, "gradients": 4.0 * n, "adam": 8.0 * n, "bf16_copies": 2.0 * n}
     if config.kl_coef > 0:
         memory["reference"] = 4.0 * n
     L = config.max_new_tokens
-    rows = max(1, config.micro_batch_tokens // (p_min + L))
+    mb_tokens = config.micro_batch_tokens
+    if getattr(config, "micro_batch_memory_gib", 0) > 0:  # the trainer sizes micro-batches the same way
+        mb_tokens = micro_batch_tokens_for(arch, config.micro_batch_memory_gib * GiB, gc)
+    rows = max(1, mb_tokens // (p_min + L))
     tokens = rows * L
     prompts = math.ceil(rows / max(config.group_size, 1))
     c_transient = 3.0 if getattr(arch, "model_type", "") == "qwen3" else 0.5
@@ -243,17 +201,18 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
     plan = Plan(config=name or config.model, gpu=gpu, params=n, memory=memory, peak_bytes=peak,
                 capacity_bytes=card["memory"], seconds=seconds,
                 assumptions={"prompt_tokens": [p_min, p_mean, p_max],
-                             "micro_batch_rows": rows, "generation_rows": gen_rows, "rollouts": rollouts,
+                             "micro_batch_tokens": mb_tokens, "micro_batch_rows": rows,
+                             "generation_rows": gen_rows, "rollouts": rollouts,
                              "steps": total_steps, "evaluations": n_evals,
                              "activation_bytes_per_token": a_tok,
                              "time_model": "decode steps at max_new_tokens each (an upper bound); eager engine"})
     if not plan.fits:
         over = peak - card["memory"]
         if train_total >= gen_total:
-            per_budget_token = (train_total - 1.5 * GiB) / max(config.micro_batch_tokens, 1)
+            per_budget_token = (train_total - 1.5 * GiB) / max(mb_tokens, 1)
             fit_tokens = int((card["memory"] - static - 1.5 * GiB) / max(per_budget_token, 1))
             if fit_tokens >= p_min + L:
-                plan.advice.append(f"micro_batch_tokens <= {fit_tokens // 1024 * 1024} (now {config.micro_batch_tokens}); "
+                plan.advice.append(f"micro_batch_tokens <= {fit_tokens // 1024 * 1024} (now {mb_tokens}); "
                                    f"{over / GiB:.1f} GiB over")
             if not gc:
                 plan.advice.append("or gradient_checkpointing: true")

@@ -38,7 +38,8 @@ class LMPolicy(ModelPolicy):
     """A causal language model under training: a :class:`~rlcurate.policy.model.ModelPolicy` (``model``,
     ``tokenizer``, the rollout ``engine`` on the same model) whose :meth:`update` steps ``optimizer``
     with the ``config``'s loss. ``step`` is the step being trained (the trainer sets it; it seeds the
-    minibatch split)."""
+    minibatch split). Micro-batches hold at most ``token_budget`` tokens (``config.micro_batch_tokens``
+    unless the trainer sized them from ``micro_batch_memory_gib``)."""
 
     def __init__(self, model, tokenizer, engine, config: TrainConfig, optimizer, scheduler, *,
                  ref_model=None, autocast: Callable = nullcontext):
@@ -98,7 +99,7 @@ class LMPolicy(ModelPolicy):
         self.model.train()
         needs_old = c.update_epochs > 1 or c.minibatches > 1
         with torch.no_grad(), self.autocast():
-            for mb in plan_micro_batches(samples, c.micro_batch_tokens):
+            for mb in plan_micro_batches(samples, self.token_budget):
                 batch = [samples[i] for i in mb]
                 if needs_old:
                     logp, mask, _ = scoring.forward_logprobs(self.model, batch, c.temperature, self.pad_id)
@@ -121,7 +122,7 @@ class LMPolicy(ModelPolicy):
                 self.optimizer.zero_grad(set_to_none=True)
                 part = [samples[i] for i in chunk]
                 scale = c.minibatches  # each minibatch holds ~1/M of the batch's normaliser
-                for mb in plan_micro_batches(part, c.micro_batch_tokens):
+                for mb in plan_micro_batches(part, self.token_budget):
                     batch = [part[i] for i in mb]
                     with self.autocast():
                         logp, mask, ent = scoring.forward_logprobs(self.model, batch, c.temperature, self.pad_id,

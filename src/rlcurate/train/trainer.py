@@ -164,6 +164,13 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.policy = LMPolicy(self.model, tokenizer, self.engine, config, self.optimizer, self.scheduler,
                                ref_model=self.ref_model, autocast=self.autocast)
+        if config.micro_batch_memory_gib > 0:  # micro-batches sized from a memory budget (appendix A1)
+            from rlcurate.policy.memory import micro_batch_tokens_for
+
+            self.policy.token_budget = micro_batch_tokens_for(
+                self.model.config, config.micro_batch_memory_gib * 2**30, config.gradient_checkpointing)
+            log.info("micro-batches of at most %d tokens for micro_batch_memory_gib = %g", self.policy.token_budget,
+                     config.micro_batch_memory_gib)
 
         # ---------------------------------------------------------------- logs and resume
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
