@@ -6,7 +6,7 @@ Qwen2.5-0.5B architecture (random weights) both ways, interleaved, at a few batc
 model under autocast, as the trainer does; (b) a bf16 copy, as an inference engine would (it costs 2
 bytes per parameter and a copy after every optimizer step). Forced length, same prompts and seeds.
 
-    python bench/bench_gpu_decode_dtype.py --out data/bench/gpu_decode_dtype_h100.json     # on a CUDA machine
+    python bench/bench_gpu_decode_dtype.py --out data/bench/decode_dtype_h100.json     # on a CUDA machine
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main(argv=None):
     record = {**header("Decode with the trainer's fp32 weights under autocast vs a bf16 copy (Qwen2.5-0.5B "
                        "architecture, random weights)"),
               "device": torch.cuda.get_device_name(0) if cuda else str(device), "rows": rows}
-    out = write_json(record, args.out or DATA / "gpu_decode_dtype.json")
+    out = write_json(record, args.out or DATA / "decode_dtype.json")
     print(f"wrote {out}")
 
 
