@@ -37,11 +37,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, header, summary, write_json  # noqa: E402
 
-# Qwen/Qwen2.5-0.5B config.json (the architecture fields)
-QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                  rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_act="silu",
-                  use_sliding_window=False)
+from rlcurate.models.architectures import architecture, hf_config  # noqa: E402
+from rlcurate.plan import kv_bytes_per_token as plan_kv_bytes_per_token  # noqa: E402
+from rlcurate.plan import param_count  # noqa: E402
+
+MODEL_ID = "Qwen/Qwen2.5-0.5B"  # its architecture: rlcurate.models.architectures
 QWEN25_05B_PARAMS = 494_032_768  # the published count (tied embeddings counted once)
 
 # Nominal memory bandwidth (bytes/s) and dense bf16 tensor-core rate (FLOP/s) from the vendors' sheets.
@@ -56,28 +56,13 @@ NOMINAL = {
 # ---------------------------------------------------------------------------------------------- limits
 def qwen_config(small: bool = False):
     """The Qwen2.5-0.5B ``Qwen2Config``; ``small`` scales it down (same shape of model) for CPU dry runs."""
-    from transformers import Qwen2Config
-
-    fields = dict(QWEN25_05B)
-    if small:
-        fields.update(vocab_size=512, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)
-    return Qwen2Config(**fields)
+    small_fields = dict(vocab_size=512, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2)
+    return hf_config(MODEL_ID, **(small_fields if small else {}))
 
 
-def count_params(config) -> int:
-    """Parameters of a ``Qwen2ForCausalLM`` with ``config``, counted on the meta device (no memory)."""
-    from transformers import Qwen2ForCausalLM
-
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def kv_bytes_per_token(config, dtype_bytes: int = 2) -> int:
-    """Bytes of key and value cache one token holds: 2 * layers * kv_heads * head_dim * dtype_bytes."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
+count_params = param_count            # the planner's counts (rlcurate.plan), under the names A1 uses
+kv_bytes_per_token = plan_kv_bytes_per_token
 
 
 def decode_step_bytes(weight_bytes: float, kv_per_token: float, batch: int, context: float) -> float:
@@ -267,7 +252,7 @@ def main(argv=None):
                              args.repeats, n_params, flops)
     record = {**header("GPU throughput: Qwen2.5-0.5B architecture (random weights), rollout and training "
                        "against memory-bandwidth and matmul limits"),
-              "model": {"config": {k: v for k, v in QWEN25_05B.items()} if not args.small else "small dry-run config",
+              "model": {"config": architecture(MODEL_ID) if not args.small else "small dry-run config",
                         "n_params": n_params, "weights": "random (seed 0)"},
               "device": {"name": gpu or str(device), "copy_bandwidth_bytes_per_s": bandwidth,
                          "matmul_flops_per_s": flops, "matmul_dtype": str(mm_dtype), "nominal": nominal},

@@ -69,7 +69,8 @@ DECODE_S_PER_ROW = 1.2e-5
 TRAIN_MATMUL_SHARE = 0.258
 
 
-def _param_count(config) -> int:
+def param_count(config) -> int:
+    """Parameters of the model of ``config`` (tied embeddings counted once), counted on the meta device."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -78,10 +79,10 @@ def _param_count(config) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def kv_bytes_per_token(config) -> int:
-    """bf16 keys and values of one token over all layers: 2 x layers x kv_heads x head_dim x 2 bytes."""
-    d, q, k, m, h = layer_dims(config)
-    return 2 * config.num_hidden_layers * k * 2
+def kv_bytes_per_token(config, dtype_bytes: int = 2) -> int:
+    """Keys and values of one token over all layers: 2 x layers x kv_heads x head_dim x dtype_bytes."""
+    k = layer_dims(config)[2]
+    return 2 * config.num_hidden_layers * k * dtype_bytes
 
 
 @dataclass
@@ -137,12 +138,12 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
         prompt_tokens = PROMPT_TOKENS[config.task]
     p_min, p_mean, p_max = prompt_tokens
     p_max = min(p_max, config.max_prompt_tokens)
-    n = _param_count(arch)
+    n = param_count(arch)
     layers = arch.num_hidden_layers
     gc = bool(getattr(config, "gradient_checkpointing", False))
     a_tok = ACTIVATION_MARGIN * activation_bytes_per_token(arch, gradient_checkpointing=gc)
     a_layer = layer_bytes_per_token(arch)
-    d, q, k, m, h = layer_dims(arch)
+    k = layer_dims(arch)[2]
 
     memory: dict[str, float] = {"weights": 4.0 * n, "gradients": 4.0 * n, "adam": 8.0 * n, "bf16_copies": 2.0 * n}
     if config.kl_coef > 0:
@@ -158,7 +159,7 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
     train = {"activations": a_tok * tokens,
              "prompt_pass": a_tok * prompts * p_mean,
              "prompt_kv_rows": rows * layers * 4 * k * p_mean,
-             "transient": 1.5 * GiB + c_transient * (a_layer if not gc else a_layer) * tokens}
+             "transient": 1.5 * GiB + c_transient * a_layer * tokens}
     gen_rows = max(1, config.gen_token_budget // (p_mean + L))
     generation = {"kv_cache": kv_bytes_per_token(arch) * config.gen_token_budget,
                   "logits": 3 * 4 * gen_rows * arch.vocab_size}
@@ -170,10 +171,9 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
 
     # ---------------------------------------------------------------- time
     per_step_rollouts = config.prompts_per_step * config.group_size
-    steps = config.steps
-    rollouts = per_step_rollouts * steps
+    rollouts = per_step_rollouts * config.steps  # steps >= 1: the config refuses anything else
     if config.max_rollouts:
-        rollouts = min(rollouts, config.max_rollouts) if steps else config.max_rollouts
+        rollouts = min(rollouts, config.max_rollouts)
 
     def generate_seconds(n_rollouts: int) -> float:
         if n_rollouts <= 0:

@@ -14,7 +14,11 @@ k = kv_heads x head_dim, m = intermediate size; bytes per token):
     o projection           2q                its bf16 input
     MLP                    2 x 2d + 4 x 2m   gate/up inputs, gate and up outputs, silu(gate), the product
 
-    per layer  a = 24d + 10q + 8k + 8m + 4h    (fp32 residual stream; h = attention heads)
+    per layer  a = 26d + 10q + 8k + 8m + 4h    (fp32 residual stream; h = attention heads)
+
+The d-terms are confirmed by listing what autograd saves for one Qwen2.5-0.5B layer on the CPU
+(``torch.autograd.graph.saved_tensors_hooks``): four fp32 [tokens x d] tensors of the two norms,
+three bf16 inputs of q, k, v and two of gate and up.
 
 Qwen3's RMSNorm of q and k per head adds 3(q + k) (fitted: a two-layer Qwen3-0.6B on the CPU).
 
@@ -30,7 +34,7 @@ from __future__ import annotations
 __all__ = ["activation_bytes_per_token", "layer_bytes_per_token", "head_bytes_per_token", "ACTIVATION_MARGIN",
            "micro_batch_tokens_for", "layer_dims"]
 
-# The formula's error on the H100 was -0.6 % to -2.5 % (bench/bench_memory.py); plans add this margin.
+# The formula's error on the H100 is -0.1 % to +1.8 % (bench/bench_memory.py, appendix A1); plans add this margin.
 ACTIVATION_MARGIN = 1.05
 
 
@@ -46,7 +50,7 @@ def layer_bytes_per_token(config) -> float:
     """Bytes one decoder layer keeps for the backward pass per token (module docstring)."""
     d, q, k, m, h = layer_dims(config)
     qk_norm = 3 * (q + k) if getattr(config, "model_type", "") == "qwen3" else 0
-    return 24 * d + 10 * q + 8 * k + 8 * m + 4 * h + qk_norm
+    return 26 * d + 10 * q + 8 * k + 8 * m + 4 * h + qk_norm
 
 
 def head_bytes_per_token(config) -> float:

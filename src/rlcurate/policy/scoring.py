@@ -95,8 +95,9 @@ def token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperatur
                    with_entropy: bool = False, chunk_bytes: int | None = None):
     """log pi(target_i) = z_i[target_i] - logsumexp(z_i), z_i = head(hidden_i) / temperature, for each
     row i of ``hidden`` [n, d] (and the entropy -sum_v pi_v log pi_v, without gradient), over chunks of
-    at most ``chunk_bytes / (4 V)`` rows (default :data:`LOGIT_CHUNK_BYTES`). With gradients on, each chunk is checkpointed: its backward
-    pass recomputes the chunk's logits from its hidden states, so no [n, V] tensor is kept. Returns
+    at most ``chunk_bytes / (4 V)`` rows (default :data:`LOGIT_CHUNK_BYTES`). With gradients on, each
+    chunk is checkpointed: its backward pass recomputes the chunk's logits from its hidden states, so
+    no [n, V] tensor is kept. Returns
     (logprobs [n] float32, entropy [n] float32 or None)."""
     vocab = head.weight.shape[0]
     rows = max(1, int(chunk_bytes or LOGIT_CHUNK_BYTES) // (4 * vocab))

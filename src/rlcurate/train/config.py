@@ -110,9 +110,9 @@ class TrainConfig:
     """Tokens per forward/backward micro-batch (gradient accumulation); bounds training memory
     (``rlcurate plan`` predicts the peak, appendix A1)."""
     micro_batch_memory_gib: float = 0.0
-    """If > 0, ``micro_batch_tokens`` is set when training starts to the most tokens whose activations
-    fit in this many GiB, counted from the model's architecture (:mod:`rlcurate.policy.memory`, within
-    3 % of an H100's measurement); 0: ``micro_batch_tokens`` as given."""
+    """If > 0, micro-batches hold the most tokens whose activations fit in this many GiB, counted from
+    the model's architecture when training starts (:mod:`rlcurate.policy.memory`, within 3 % of an
+    H100's measurement), in place of ``micro_batch_tokens``; 0: ``micro_batch_tokens`` as given."""
     gradient_checkpointing: bool = False
     """Recompute each transformer layer's activations in the backward pass instead of keeping them
     (about a third more compute, a fraction of the activation memory); the G completions of a prompt
