@@ -223,7 +223,9 @@ def test_sage_light_user_mode(tok):
     for g in groups:
         hint = task.hint(g.problem, 2, mode="user")
         assert g.hint_level == 2 and g.prompt == task.render(g.problem, tok, hint=hint, hint_mode="user")
-    assert sampler.metrics() == {"sage_hint_levels_cut": 0} and SageLightSampler().metrics() == {}
+    assert sampler.metrics() == {"sage_rolled_level0": 0, "sage_rolled_level1": 0, "sage_rolled_level2": 4,
+                                 "sage_rolled_level3": 0, "sage_hint_levels_cut": 0}
+    assert SageLightSampler().metrics() == {}  # before its first step
 
 
 class HintWriter(RolloutEngine):

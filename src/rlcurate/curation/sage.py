@@ -250,13 +250,18 @@ class SageLightSampler(Sampler):
         self.hint_mode = hint_mode
         self.last_level: dict[int, int] = {}
         self.last_acc: dict[int, float] = {}
+        self.rolled_at_level: list[int] = []
 
     def check_task(self, task) -> None:
         """As :meth:`SageSampler.check_task`."""
         self.hints.check_task(task)
 
     def metrics(self) -> dict[str, float]:
-        return {"sage_hint_levels_cut": self.hints.cut} if self.hint_mode == "user" else {}
+        """Groups rolled at each hint level in the last step (as SAGE's ``sage_rolled_level{l}``)."""
+        out = {f"sage_rolled_level{lv}": n for lv, n in enumerate(self.rolled_at_level)}
+        if self.hint_mode == "user":
+            out["sage_hint_levels_cut"] = self.hints.cut
+        return out
 
     def scheduled_level(self, index: int) -> int:
         """The hint level of pool index ``index`` at its next visit (0 at the first)."""
@@ -278,6 +283,7 @@ class SageLightSampler(Sampler):
             text = hints[int(i)].get(lv, "") if lv > 0 else ""
             texts.append(text or None)
             used.append(lv if text else 0)  # no hint text (no reference solution): unhinted
+        self.rolled_at_level = np.bincount(used, minlength=self.max_level + 1).tolist()
         groups = ctx.generate(indices, ctx.group_size, hints=texts, hint_levels=used, hint_mode=self.hints.render_mode)
         for i, g in zip(indices, groups):
             g.generated_tokens += self.hints.tokens.get(int(i), 0) if g.hint_level > 0 else 0

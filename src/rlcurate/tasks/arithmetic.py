@@ -129,13 +129,12 @@ class ArithmeticTask(Task):
         hint_placement: where a hint goes (chapter 7). ``"assistant"`` (the default of the tiny style
             with scratchpad): the revealed steps start the assistant turn and the model writes the rest
             of the scratchpad. ``"user"`` (the default otherwise): the hint is part of the user turn
-            and the model writes the whole completion. Why the tiny default is ``"assistant"``: when a
-            quarter or half of the warm-start prompts carried a user-turn hint, the trained model wrote
-            the same completions with and without it (the targets are computable from the question
-            alone, so it learned to ignore the hint), whereas revealed scratchpad steps are used at
-            once (hint tables in data/tiny/*/README.md). A SAGE strategy's ``hint_mode`` overrides the
-            placement per rendered prompt (:meth:`render`); ``hint_placement`` is what ``hint_mode=None``
-            (the strategies' ``"auto"``) uses, as before.
+            and the model writes the whole completion. The tiny checkpoints ``early``, ``spread`` and
+            ``saturated`` never saw a hint in the user turn and are thrown off by one; ``spread_user``
+            was warm-started with SAGE's answer-free user-turn hints on half its prompts and uses them
+            (data/tiny/README.md). A SAGE strategy's ``hint_mode`` overrides the placement per rendered
+            prompt (:meth:`render`); ``hint_placement`` is what ``hint_mode=None`` (the strategies'
+            ``"auto"``) uses, as before.
     """
 
     name = "arithmetic"
@@ -308,6 +307,12 @@ class ArithmeticTask(Task):
         if mode == "user":
             return user_hint(problem, int(level))
         raise ValueError(f"mode must be 'prefix' or 'user', got {mode!r}")
+
+    def placed_hint(self, problem: Problem, level: int) -> str:
+        """The hint of ``level`` that goes where ``hint_placement`` puts it (chapter 7, the warm-start's
+        hinted prompts): the first ``level`` steps at the start of the assistant turn, SAGE's
+        answer-free hint (``mode="user"``) in the user turn."""
+        return self.hint(problem, level, mode="prefix" if self.hint_placement == "assistant" else "user")
 
     def _placement(self, hint_mode: str | None) -> str:
         """Where a hint goes for ``hint_mode`` (``None``: ``hint_placement``)."""

@@ -38,8 +38,9 @@ class WarmStartConfig:
     hint_share: float = 0.0
     """Share of training prompts that carry a hint of level 1-3 (drawn uniformly). Not needed with
     the tiny style's assistant-side hints: every reference completion already teaches the model to
-    continue from each prefix of its steps. User-turn hints (``hint_placement="user"``) were ignored
-    by the model at shares 0.25 and 0.5, since their targets are computable without them."""
+    continue from each prefix of its steps. User-turn hints (``hint_placement="user"``) are SAGE's
+    answer-free ones (:meth:`~rlcurate.tasks.arithmetic.ArithmeticTask.placed_hint`); at share 0.5 the
+    model learns to use them (``data/tiny/spread_user``, chapter 7)."""
     hint_placement: str | None = None
     """Where hints go (:class:`~rlcurate.tasks.arithmetic.ArithmeticTask`): None for the task's default
     (``"assistant"`` with the scratchpad), or ``"assistant"`` / ``"user"``."""

@@ -21,7 +21,7 @@ def encode_example(tokenizer, task: ArithmeticTask, problem: Problem, hint_level
     """Token ids of prompt + reference completion + eos, and the prompt length: the supervised
     example of the warm-start (chapter 4). The prompt carries the hint of ``hint_level`` (chapter 7);
     with an assistant-side hint the completion is the rest of the reference after the revealed steps."""
-    prompt = task.render(problem, tokenizer, hint=task.hint(problem, hint_level) or None)
+    prompt = task.render(problem, tokenizer, hint=task.placed_hint(problem, hint_level) or None)
     full = task.render(problem, tokenizer) + task.target(problem)
     # an assistant-side hint is the start of the reference: the model is trained on the rest
     completion = full[len(prompt):] if full.startswith(prompt) else task.target(problem)

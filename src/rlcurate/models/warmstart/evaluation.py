@@ -55,7 +55,7 @@ def pass_counts(model, tokenizer, task: ArithmeticTask, problems: Sequence[Probl
     problems = list(problems)
     if not problems:
         return np.zeros(0, dtype=int)
-    prompts = [task.render(p, tokenizer, hint=task.hint(p, hint_level) or None) for p in problems]
+    prompts = [task.render(p, tokenizer, hint=task.placed_hint(p, hint_level) or None) for p in problems]
     if max_new_tokens is None:
         max_new_tokens = max_completion_tokens(tokenizer, task, problems)
     samples = sample_completions(model, tokenizer, prompts, n_samples, temperature, max_new_tokens, seed)

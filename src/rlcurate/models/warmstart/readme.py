@@ -77,8 +77,11 @@ def write_readme(path: Path, *, command: str, cfg: WarmStartConfig, stage: str |
         lines += [
             "## Pass rates with hints (chapter 7)",
             "",
-            "Mean pass rate on the same held-out prompts when the prompt reveals the first k reference steps "
-            f"(`ArithmeticTask.hint(problem, k)`, placed in the {cfg.task(n_test=0).hint_placement} turn), each "
+            "Mean pass rate on the same held-out prompts posed with the hint of level k "
+            f"(`ArithmeticTask.placed_hint(problem, k)`, in the {cfg.task(n_test=0).hint_placement} turn: "
+            + ("the first k reference steps" if cfg.task(n_test=0).hint_placement == "assistant" else
+               "SAGE's answer-free hint, the first k steps but never the last one or one that states the answer")
+            + "), each "
             "column on fresh samples (so the hard row's hint-0 column shows the regression to the mean of the "
             "prompts selected for k=0).",
             "",
