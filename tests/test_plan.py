@@ -193,3 +193,31 @@ def test_micro_batches_sized_from_a_memory_budget(tmp_path, one_thread):
     assert plan.memory["train_activations"] <= 30 * 2**30
     with pytest.raises(ValueError, match="micro_batch_memory_gib must be >= 0"):
         TrainConfig(micro_batch_memory_gib=-1)
+
+
+def test_chapter_dry_run_switch_cuts_gpu_configs_and_loads_random_real_architectures(shared_data, monkeypatch, tmp_path):
+    """``RLCURATE_DRYRUN=1`` (a chapter's GPU cells on any machine): GPU cells run, a GPU config is cut to two
+    short steps on the CPU, and a Hub id loads a two-layer random-weight checkpoint of its architecture
+    (cached in the temporary folder); without the switch nothing changes."""
+    from rlcurate.book import gpu_cells
+    from rlcurate.dryrun import DRY_RUN_LAYERS, dry_run_config
+    from rlcurate.models import load_policy
+    from rlcurate.train.config import TrainConfig
+
+    monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.delenv("RLCURATE_DRYRUN", raising=False)
+    assert not gpu_cells("smoke") and not gpu_cells("cpu") and gpu_cells("gpu")
+    monkeypatch.setenv("RLCURATE_DRYRUN", "1")
+    assert gpu_cells("smoke")
+    cfg = TrainConfig.load(REPO / "configs" / "gpu_ada_seq_qwen25_math_15b.yaml")
+    cut = dry_run_config(cfg)
+    assert cfg.steps == 100 and cfg.device == "cuda"  # the original is untouched
+    assert cut.steps == 2 and cut.device == "auto" and cut.max_new_tokens == 16 and cut.prompts_per_step == 2
+    assert cut.strategy == cfg.strategy and cut.strategy_kwargs == cfg.strategy_kwargs and cut.lr == cfg.lr
+    folder = Path(cut.model)
+    assert folder.parent == tmp_path and (folder / "config.json").is_file()
+    model, tok = load_policy("Qwen/Qwen2.5-Math-1.5B")  # the same cached checkpoint
+    assert model.config.num_hidden_layers == DRY_RUN_LAYERS and model.config.hidden_size == 1536
+    assert model.config.vocab_size == 151936 and tok("12+3")["input_ids"]
+    assert dry_run_config(TrainConfig(model=str(REPO / "data" / "tiny" / "spread"))).model.endswith("spread")

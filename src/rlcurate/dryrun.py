@@ -16,6 +16,15 @@ the groups are mixed and the training step does its full work.
 
 ``--layers N`` keeps only the first N transformer layers (every width and the vocabulary stay real):
 the CPU test does this so that a 1.5B model's optimizer state fits in its memory.
+
+**The chapters' GPU cells in a dry run.** With ``RLCURATE_DRYRUN=1`` in the environment (and the chapter in
+the ``smoke`` profile, so that everything else runs at test size) a chapter runs its GPU cells on any
+machine: :func:`rlcurate.models.load_policy` and the trainer load, for a Hub id of
+:mod:`rlcurate.models.architectures`, a random-weight checkpoint of that architecture with
+:data:`DRY_RUN_LAYERS` layers (:func:`dry_run_checkpoint`, built once into the temporary folder); every
+:class:`~rlcurate.train.Trainer` trains the config cut by :func:`dry_run_config` with coin rewards. ::
+
+    RLCURATE_DRYRUN=1 RLCURATE_PROFILE=smoke python -m rlcurate.book.execute book/07_hinting.ipynb
 """
 
 from __future__ import annotations
@@ -32,11 +41,58 @@ from typing import Any
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
 from rlcurate.errors import UserError
 
-__all__ = ["dry_run", "main", "CUT"]
+__all__ = ["dry_run", "main", "CUT", "DRY_RUN_ENV", "DRY_RUN_LAYERS", "dry_run_active", "dry_run_checkpoint",
+           "dry_run_config"]
 
 # The cut-down settings of a CPU dry run: one prompt-group pair per step, short completions.
 CUT = {"prompts_per_step": 2, "max_new_tokens": 16, "eval_prompts": 2, "eval_samples": 1,
        "micro_batch_tokens": 4096, "gen_token_budget": 8192}
+
+
+DRY_RUN_ENV = "RLCURATE_DRYRUN"
+DRY_RUN_LAYERS = 2  # layers of the random-weight checkpoints of a chapter's dry run (widths and vocabulary real)
+
+
+def dry_run_active() -> bool:
+    """Whether ``RLCURATE_DRYRUN`` asks for a dry run of the chapters' GPU cells (module docstring)."""
+    return os.environ.get(DRY_RUN_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def dry_run_checkpoint(model_id: str) -> Path:
+    """A random-weight checkpoint of ``model_id``'s architecture with :data:`DRY_RUN_LAYERS` layers and the
+    real Qwen tokenizer (:func:`tokenizer_dir`), written once into the temporary folder and reused."""
+    from rlcurate.models.architectures import random_checkpoint
+
+    folder = Path(tempfile.gettempdir()) / f"rlcurate_dryrun_{model_id.replace('/', '--')}_{DRY_RUN_LAYERS}l"
+    if not (folder / "config.json").is_file():
+        partial = Path(tempfile.mkdtemp(prefix=folder.name + "_", dir=folder.parent))
+        random_checkpoint(model_id, partial, tokenizer_dir(), num_hidden_layers=DRY_RUN_LAYERS)
+        try:
+            partial.rename(folder)
+        except OSError:  # built meanwhile by another process
+            pass
+    return folder
+
+
+def _cut(config, steps: int) -> dict[str, Any]:
+    """The changes of a CPU dry run: :data:`CUT`, ``steps`` steps, one evaluation at the end, nothing saved."""
+    changes: dict[str, Any] = {k: v for k, v in CUT.items() if getattr(config, k) > v}
+    changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
+                   save_model=False, resume=False, progress=False, eval_prompts=min(config.eval_prompts, CUT["eval_prompts"]))
+    return changes
+
+
+def dry_run_config(config):
+    """``config`` as a chapter's dry run trains it: at most 2 steps, the cut lengths and sizes, and for a Hub id
+    of a known architecture the model of :func:`dry_run_checkpoint` (module docstring)."""
+    from rlcurate.models.architectures import ARCHITECTURES
+    from rlcurate.train.config import TrainConfig
+
+    changes = _cut(config, min(config.steps, 2))
+    changes.update(device="auto", dtype="auto")  # the GPU configs name cuda; a dry run uses what there is
+    if config.model in ARCHITECTURES and not Path(config.model).exists():
+        changes["model"] = str(dry_run_checkpoint(config.model))
+    return TrainConfig.from_dict({**config.to_dict(), **changes}, source=f"{config.model} (dry run)")
 
 
 def tokenizer_dir() -> Path:
@@ -91,12 +147,10 @@ def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | No
         raise UserError(f"--steps must be at least 1, got {steps}")
     tok_dir = tokenizer_dir()
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlcurate_dryrun_"))
-    changes: dict[str, Any] = {} if full else {k: v for k, v in CUT.items() if getattr(config, k) > v}
-    changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
-                   save_model=False, resume=False, progress=False, device=device,
-                   out_dir=str(work / "run"))
-    if not full:
-        changes["eval_prompts"] = min(config.eval_prompts, CUT["eval_prompts"])
+    changes = _cut(config, steps)
+    if full:
+        changes = {k: v for k, v in changes.items() if k not in CUT}
+    changes.update(device=device, out_dir=str(work / "run"))
     arch_changes = {"num_hidden_layers": layers} if layers else {}
 
     t0 = time.perf_counter()

@@ -9,10 +9,10 @@ papermill overrides it in the tests; nbval and jupyter-book read the environment
 picks its sizes with :func:`by_profile` and stores the numbers a test should check with :func:`record`.
 """
 
-from rlcurate.book.profiles import PROFILES, by_profile, profile
+from rlcurate.book.profiles import PROFILES, by_profile, gpu_cells, profile
 from rlcurate.book.records import MIME_TYPE, read_records, record
 from rlcurate.book.style import COLORS, use_style
 from rlcurate.book.seeding import seed_everything
 
-__all__ = ["PROFILES", "profile", "by_profile", "record", "read_records", "MIME_TYPE", "use_style",
+__all__ = ["PROFILES", "profile", "by_profile", "gpu_cells", "record", "read_records", "MIME_TYPE", "use_style",
            "COLORS", "seed_everything"]

@@ -22,3 +22,11 @@ def by_profile(active: str, *, smoke, cpu, gpu=None):
     if active not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {active!r}")
     return {"smoke": smoke, "cpu": cpu, "gpu": cpu if gpu is None else gpu}[active]
+
+
+def gpu_cells(active: str) -> bool:
+    """Whether a chapter runs its GPU cells: in the ``gpu`` profile, or in a dry run (``RLCURATE_DRYRUN=1``,
+    :mod:`rlcurate.dryrun`), where they run at the sizes of the active profile on random-weight models."""
+    from rlcurate.dryrun import dry_run_active
+
+    return active == "gpu" or dry_run_active()

@@ -104,11 +104,19 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, task=None,
                  curator: Curator | None = None, ref_model=None):
+        from rlcurate.dryrun import coin_reward, dry_run_active, dry_run_config
+        from rlcurate.models.architectures import ARCHITECTURES
         from rlcurate.train.preflight import preflight
 
+        # a chapter's GPU cell in a dry run (rlcurate.dryrun): a Hub model becomes a random-weight one
+        dry = dry_run_active() and model is None and config.model in ARCHITECTURES
+        if dry:
+            config = dry_run_config(config)
         self.config = config
         task, curator, self.resume_changes = preflight(config, task=task, curator=curator,
                                                        check_model=model is None or tokenizer is None)
+        if dry:
+            coin_reward(task)
         self.out = Path(config.out_dir)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -146,7 +154,9 @@ class Trainer:
                 p.requires_grad_(False)
         from rlcurate.rollout import SamplingParams, TransformersEngine
 
-        self.engine = TransformersEngine(self.model, tokenizer, token_budget=config.gen_token_budget)
+        self.engine = TransformersEngine(self.model, tokenizer, token_budget=config.gen_token_budget,
+                                         cache="dynamic" if config.decode == "dynamic" else "static",
+                                         compile_decode=config.decode == "compiled")
         self.sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                        max_new_tokens=config.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=config.eval_temperature, top_p=1.0,
