@@ -30,7 +30,6 @@ machine: :func:`rlcurate.models.load_policy` and the trainer load, for a Hub id 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import tempfile
@@ -40,95 +39,11 @@ from typing import Any
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
 from rlcurate.errors import UserError
+from rlcurate.models.dry_run import DRY_RUN_ENV, DRY_RUN_LAYERS, dry_run_active, dry_run_checkpoint, tokenizer_dir
+from rlcurate.train.dry_run import CUT, coin_reward, cut_changes, dry_run_config
 
 __all__ = ["dry_run", "main", "CUT", "DRY_RUN_ENV", "DRY_RUN_LAYERS", "dry_run_active", "dry_run_checkpoint",
-           "dry_run_config"]
-
-# The cut-down settings of a CPU dry run: one prompt-group pair per step, short completions.
-CUT = {"prompts_per_step": 2, "max_new_tokens": 16, "eval_prompts": 2, "eval_samples": 1,
-       "micro_batch_tokens": 4096, "gen_token_budget": 8192}
-
-
-DRY_RUN_ENV = "RLCURATE_DRYRUN"
-DRY_RUN_LAYERS = 2  # layers of the random-weight checkpoints of a chapter's dry run (widths and vocabulary real)
-
-
-def dry_run_active() -> bool:
-    """Whether ``RLCURATE_DRYRUN`` asks for a dry run of the chapters' GPU cells (module docstring)."""
-    return os.environ.get(DRY_RUN_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
-def dry_run_checkpoint(model_id: str) -> Path:
-    """A random-weight checkpoint of ``model_id``'s architecture with :data:`DRY_RUN_LAYERS` layers and the
-    real Qwen tokenizer (:func:`tokenizer_dir`), written once into the temporary folder and reused."""
-    from rlcurate.models.architectures import random_checkpoint
-
-    folder = Path(tempfile.gettempdir()) / f"rlcurate_dryrun_{model_id.replace('/', '--')}_{DRY_RUN_LAYERS}l"
-    if not (folder / "config.json").is_file():
-        partial = Path(tempfile.mkdtemp(prefix=folder.name + "_", dir=folder.parent))
-        random_checkpoint(model_id, partial, tokenizer_dir(), num_hidden_layers=DRY_RUN_LAYERS)
-        try:
-            partial.rename(folder)
-        except OSError:  # built meanwhile by another process
-            pass
-    return folder
-
-
-def _cut(config, steps: int) -> dict[str, Any]:
-    """The changes of a CPU dry run: :data:`CUT`, ``steps`` steps, one evaluation at the end, nothing saved."""
-    changes: dict[str, Any] = {k: v for k, v in CUT.items() if getattr(config, k) > v}
-    changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
-                   save_model=False, resume=False, progress=False, eval_prompts=min(config.eval_prompts, CUT["eval_prompts"]))
-    return changes
-
-
-def dry_run_config(config):
-    """``config`` as a chapter's dry run trains it: at most 2 steps, the cut lengths and sizes, and for a Hub id
-    of a known architecture the model of :func:`dry_run_checkpoint` (module docstring)."""
-    from rlcurate.models.architectures import ARCHITECTURES
-    from rlcurate.train.config import TrainConfig
-
-    changes = _cut(config, min(config.steps, 2))
-    changes.update(device="auto", dtype="auto")  # the GPU configs name cuda; a dry run uses what there is
-    if config.model in ARCHITECTURES and not Path(config.model).exists():
-        changes["model"] = str(dry_run_checkpoint(config.model))
-    return TrainConfig.from_dict({**config.to_dict(), **changes}, source=f"{config.model} (dry run)")
-
-
-def tokenizer_dir() -> Path:
-    """The Qwen tokenizer of the dry run: ``$RLCURATE_TOKENIZER_DIR``, else ``qwen2.5-tokenizer`` in
-    ``$RLCURATE_DATA_DIR``."""
-    explicit = os.environ.get("RLCURATE_TOKENIZER_DIR")
-    if explicit:
-        path = Path(explicit)
-    else:
-        from rlcurate.tasks.datasets import DATA_DIR_ENV
-
-        data = os.environ.get(DATA_DIR_ENV)
-        if not data:
-            raise UserError("the dry run needs the Qwen tokenizer: set RLCURATE_TOKENIZER_DIR, or RLCURATE_DATA_DIR "
-                            "to a folder holding qwen2.5-tokenizer/")
-        path = Path(data) / "qwen2.5-tokenizer"
-    if not (path / "tokenizer.json").is_file() and not (path / "vocab.json").is_file():
-        raise UserError(f"tokenizer folder {path} holds no tokenizer.json or vocab.json")
-    return path
-
-
-def coin_reward(task) -> None:
-    """Make ``task.reward`` call the real verifier, then return 0 or 1 by the parity of the CRC-32 of
-    the completion's text (module docstring)."""
-    import zlib
-
-    from rlcurate.tasks.base import Reward
-
-    real = task.reward
-
-    def reward(problem, completion):
-        verdict = real(problem, completion)
-        coin = zlib.crc32(str(completion).encode("utf-8", "replace")) & 1
-        return Reward(float(coin), f"dry run: coin {coin} (verifier: {verdict.value:g}, {verdict.reason})")
-
-    task.reward = reward
+           "dry_run_config", "coin_reward", "tokenizer_dir"]
 
 
 def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | None = None,
@@ -147,7 +62,7 @@ def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | No
         raise UserError(f"--steps must be at least 1, got {steps}")
     tok_dir = tokenizer_dir()
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlcurate_dryrun_"))
-    changes = _cut(config, steps)
+    changes = cut_changes(config, steps)
     if full:
         changes = {k: v for k, v in changes.items() if k not in CUT}
     changes.update(device=device, out_dir=str(work / "run"))

@@ -27,6 +27,6 @@ def by_profile(active: str, *, smoke, cpu, gpu=None):
 def gpu_cells(active: str) -> bool:
     """Whether a chapter runs its GPU cells: in the ``gpu`` profile, or in a dry run (``RLCURATE_DRYRUN=1``,
     :mod:`rlcurate.dryrun`), where they run at the sizes of the active profile on random-weight models."""
-    from rlcurate.dryrun import dry_run_active
+    from rlcurate.models.dry_run import dry_run_active
 
     return active == "gpu" or dry_run_active()

@@ -12,7 +12,7 @@ def load_policy(spec: str, device: str = "auto", dtype: str = "auto"):
     checkpoints in ``data/tiny`` are ordinary checkpoints). See :func:`rlcurate.models.hf.load_causal_lm`.
     Under ``RLCURATE_DRYRUN=1`` a known Hub id loads a random-weight checkpoint of its architecture
     (:func:`rlcurate.dryrun.dry_run_checkpoint`)."""
-    from rlcurate.dryrun import dry_run_active, dry_run_checkpoint
+    from rlcurate.models.dry_run import dry_run_active, dry_run_checkpoint
     from rlcurate.models.architectures import ARCHITECTURES
     from rlcurate.models.hf import load_causal_lm, load_smollm2
 

@@ -104,7 +104,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, task=None,
                  curator: Curator | None = None, ref_model=None):
-        from rlcurate.dryrun import coin_reward, dry_run_active, dry_run_config
+        from rlcurate.models.dry_run import dry_run_active
+        from rlcurate.train.dry_run import coin_reward, dry_run_config
         from rlcurate.models.architectures import ARCHITECTURES
         from rlcurate.train.preflight import preflight
 

@@ -1,0 +1,53 @@
+"""A training configuration as a dry run trains it (:mod:`rlcurate.dryrun`, appendix A1): cut to a step or
+two of short completions, on a random-weight checkpoint of the configured architecture, with coin rewards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlcurate.models.dry_run import dry_run_checkpoint
+
+__all__ = ["CUT", "cut_changes", "dry_run_config", "coin_reward"]
+
+# The cut-down settings of a CPU dry run: one prompt-group pair per step, short completions.
+CUT = {"prompts_per_step": 2, "max_new_tokens": 16, "eval_prompts": 2, "eval_samples": 1,
+       "micro_batch_tokens": 4096, "gen_token_budget": 8192}
+
+
+def cut_changes(config, steps: int) -> dict[str, Any]:
+    """The changes of a CPU dry run: :data:`CUT`, ``steps`` steps, one evaluation at the end, nothing saved."""
+    changes: dict[str, Any] = {k: v for k, v in CUT.items() if getattr(config, k) > v}
+    changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
+                   save_model=False, resume=False, progress=False, eval_prompts=min(config.eval_prompts, CUT["eval_prompts"]))
+    return changes
+
+
+def dry_run_config(config):
+    """``config`` as a chapter's dry run trains it: at most 2 steps, the cut lengths and sizes, and for a Hub id
+    of a known architecture the model of :func:`dry_run_checkpoint` (module docstring)."""
+    from rlcurate.models.architectures import ARCHITECTURES
+    from rlcurate.train.config import TrainConfig
+
+    changes = cut_changes(config, min(config.steps, 2))
+    changes.update(device="auto", dtype="auto")  # the GPU configs name cuda; a dry run uses what there is
+    if config.model in ARCHITECTURES and not Path(config.model).exists():
+        changes["model"] = str(dry_run_checkpoint(config.model))
+    return TrainConfig.from_dict({**config.to_dict(), **changes}, source=f"{config.model} (dry run)")
+
+
+def coin_reward(task) -> None:
+    """Make ``task.reward`` call the real verifier, then return 0 or 1 by the parity of the CRC-32 of
+    the completion's text (module docstring)."""
+    import zlib
+
+    from rlcurate.tasks.base import Reward
+
+    real = task.reward
+
+    def reward(problem, completion):
+        verdict = real(problem, completion)
+        coin = zlib.crc32(str(completion).encode("utf-8", "replace")) & 1
+        return Reward(float(coin), f"dry run: coin {coin} (verifier: {verdict.value:g}, {verdict.reason})")
+
+    task.reward = reward
