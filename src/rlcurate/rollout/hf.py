@@ -45,6 +45,22 @@ def plan_batches(lengths: Sequence[int], counts: Sequence[int], max_new_tokens: 
     return batches
 
 
+def _static_cache(config, dynamic, max_len: int):
+    """A ``transformers.StaticCache`` of ``max_len`` columns holding the prompt's keys and values from the
+    prefill's ``dynamic`` cache (already expanded to one row per sample): decode steps then write into
+    preallocated tensors and keep their shapes."""
+    from transformers import StaticCache
+
+    static = StaticCache(config=config, max_cache_len=max_len)
+    for src, dst in zip(dynamic.layers, static.layers):
+        n = src.keys.shape[-2]
+        dst.lazy_initialization(src.keys, src.values)
+        dst.keys[:, :, :n].copy_(src.keys)
+        dst.values[:, :, :n].copy_(src.values)
+        dst.cumulative_length.fill_(n)
+    return static
+
+
 def _as_id_list(value) -> list[int]:
     if value is None:
         return []
@@ -75,7 +91,14 @@ class TransformersEngine(RolloutEngine):
         pad_token_id: the id used for left padding (never attended to); default the tokenizer's pad
             token, else the first EOS token, else 0.
         prune_finished: drop finished rows from the batch (and its KV cache) once a quarter of the
-            rows have finished, so short answers do not pay for long ones.
+            rows have finished, so short answers do not pay for long ones (dynamic cache only).
+        cache: ``"dynamic"`` (default): the KV cache grows by one column per step. ``"static"``: it is
+            allocated once at its final length (``transformers.StaticCache``) and every decode step
+            has the same shapes, which is what ``torch.compile`` and CUDA graphs need; the rows are
+            not pruned. The sampled tokens are the same (tests/test_rollout_static.py).
+        compile_decode: with ``cache="static"``, compile the one-token forward with
+            ``torch.compile(mode="reduce-overhead")`` (CUDA graphs on a GPU, where eager decoding is
+            launch-bound: appendix A1). Each new batch shape compiles once.
     """
 
     def __init__(
@@ -86,9 +109,17 @@ class TransformersEngine(RolloutEngine):
         eos_token_ids: int | Sequence[int] | None = None,
         pad_token_id: int | None = None,
         prune_finished: bool = True,
+        cache: str = "dynamic",
+        compile_decode: bool = False,
     ):
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise ValueError(f"token_budget must be a positive integer, got {token_budget!r}")
+        if cache not in ("dynamic", "static"):
+            raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
+        if compile_decode and cache != "static":
+            raise ValueError("compile_decode needs cache='static' (a growing cache changes shape every step)")
+        self.cache = cache
+        self._decode = torch.compile(model.forward, mode="reduce-overhead") if compile_decode else model.forward
         self.model = model
         self.tokenizer = tokenizer
         self.token_budget = token_budget
@@ -169,12 +200,15 @@ class TransformersEngine(RolloutEngine):
             attn[k, L - len(p):] = 1
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp_(min=0)
+        static = self.cache == "static"
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
         past = out.past_key_values
         expand = torch.tensor([slot[i] for i, _ in rows], device=dev)
         logits = out.logits[:, -1, :][expand]
         if len(uniq) < B:  # share each prompt's KV cache among its samples
             past.batch_select_indices(expand)
+        if static:
+            past = _static_cache(self.model.config, past, L + params.max_new_tokens)
         # the attention mask of the whole decode, allocated once: step t attends to the first L + t + 1
         # columns (a growing cache would otherwise concatenate one column at every step)
         attn = torch.cat([attn[expand], attn.new_ones((B, max(params.max_new_tokens - 1, 0)))], dim=1)
@@ -205,12 +239,17 @@ class TransformersEngine(RolloutEngine):
             live = [k for k, r in enumerate(rows_now) if reason[r] is None]
             if not live or t == params.max_new_tokens - 1:
                 break
-            if self.prune_finished and 4 * (len(rows_now) - len(live)) >= len(rows_now):
+            if not static and self.prune_finished and 4 * (len(rows_now) - len(live)) >= len(rows_now):
                 keep = torch.tensor(live, device=dev)
                 past.batch_select_indices(keep)
                 attn, next_pos, tok, cur = attn[keep], next_pos[keep], tok[keep], cur[keep.cpu()]
-            out = self.model(input_ids=tok[:, None], attention_mask=attn[:, : L + t + 1],
-                             position_ids=next_pos[:, None], past_key_values=past, use_cache=True)
+            if static:  # fixed shapes: the whole mask (the causal mask hides the unwritten columns)
+                out = self._decode(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                                   past_key_values=past, use_cache=True,
+                                   cache_position=torch.full((1,), L + t, dtype=torch.long, device=dev))
+            else:
+                out = self.model(input_ids=tok[:, None], attention_mask=attn[:, : L + t + 1],
+                                 position_ids=next_pos[:, None], past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1, :]
             next_pos = next_pos + 1
 

@@ -67,6 +67,12 @@ class TrainConfig:
     """Longest completion in tokens."""
     gen_token_budget: int = 16384
     """Tokens (prompt + completion) per generation batch: bounds memory of the rollout engine."""
+    decode: str = "dynamic"
+    """How the rollout engine decodes (appendix A1): ``dynamic`` (a KV cache that grows by one column a
+    step), ``static`` (preallocated at its final length: every step has the same shapes) or ``compiled``
+    (static, and the one-token forward under ``torch.compile(mode="reduce-overhead")``: CUDA graphs on a
+    GPU, where eager decoding is launch-bound; each new batch shape compiles once). All three sample the
+    same tokens (tests/test_rollout_static.py)."""
     train_subset: str = ""
     """A JSON-lines file whose lines name training prompts by ``uid`` (a filtered export of
     ``rlcurate audit --split train``): training draws from those prompts only, the data preparation
@@ -206,7 +212,7 @@ class TrainConfig:
         choices = {"advantage": ("grpo", "drgrpo", "rloo"),
                    "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
                    "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),
-                   "dtype": ("auto", "fp32", "bf16")}
+                   "dtype": ("auto", "fp32", "bf16"), "decode": ("dynamic", "static", "compiled")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UserError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
