@@ -221,3 +221,22 @@ def test_chapter_dry_run_switch_cuts_gpu_configs_and_loads_random_real_architect
     assert model.config.num_hidden_layers == DRY_RUN_LAYERS and model.config.hidden_size == 1536
     assert model.config.vocab_size == 151936 and tok("12+3")["input_ids"]
     assert dry_run_config(TrainConfig(model=str(REPO / "data" / "tiny" / "spread"))).model.endswith("spread")
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_a_chapters_gpu_cell_runs_in_a_dry_run(shared_data, monkeypatch, tmp_path):
+    """Chapter 5 in the smoke profile with RLCURATE_DRYRUN=1: its GPU cell trains a two-layer random-weight
+    Qwen2.5-0.5B-Instruct on GSM8K for two steps through the trainer (bench/bench_dryrun_chapters.py runs
+    every chapter so; appendix A1)."""
+    import importlib.util
+
+    monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
+    spec = importlib.util.spec_from_file_location("bench_dryrun_chapters", REPO / "bench" / "bench_dryrun_chapters.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "dry.json"
+    assert bench.main([str(REPO / "book" / "05_grpo_loop.ipynb"), "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["chapters"][0]
+    assert row["passed"] and any(line.startswith("step   2:") for line in row["gpu_cell_output"])
+    assert any("predicted on one H100" in line for line in row["gpu_cell_output"])

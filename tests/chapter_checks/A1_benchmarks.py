@@ -26,3 +26,9 @@ def check(records):
     plans = records["gpu_plans"]
     assert len(plans) >= 8 and all(p["fits"] and p["peak_gib"] < 78 and p["gpu_hours"] > 0 for p in plans.values())
     assert all(h > 0 for h in records["gpu_suite_hours"].values()) and len(records["gpu_suite_hours"]) >= 3
+    # the chapters' GPU cells ran through in a dry run; the decode paths (when measured) agree on tokens
+    if records["dryrun_chapters"]:
+        assert all(r["passed"] and r["seconds"] > 0 for r in records["dryrun_chapters"].values())
+        assert len(records["dryrun_chapters"]) >= 7
+    for name, r in records["decode_paths"].items():
+        assert r["tokens_per_s"] > 0 and r["time_over_dynamic"] > 0, name
