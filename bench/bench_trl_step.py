@@ -142,7 +142,8 @@ def build_rlcurate(ckpt: Path, task, args, out: Path, share_prompts: bool = True
                       loss_agg="token-mean", clip_low=0.2, clip_high=0.28, kl_coef=0.0, update_epochs=1,
                       minibatches=1, lr=args.lr, betas=(0.9, 0.999), weight_decay=0.0, grad_clip=1.0,
                       eval_every=0, checkpoint_every=0, save_model=False, progress=False, device="cpu",
-                      seed=args.seed, out_dir=str(out), resume=False)
+                      seed=args.seed, out_dir=str(out), resume=False,
+                      **({"micro_batch_tokens": args.micro_batch_tokens} if args.micro_batch_tokens else {}))
     trainer = Trainer(cfg, model=model, tokenizer=tok, task=task)
     if args.stopping == "forced":
         # the policy samples through its own reference to the engine: replace both
@@ -301,6 +302,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trl-gradient-checkpointing", action="store_true")
+    ap.add_argument("--micro-batch-tokens", type=int, default=None,
+                    help="rlcurate's micro-batch token budget (default: the config's); SmolLM2's fp32 activations "
+                         "at the default need over 20 GB for the trainer before the shared prompt forward")
     ap.add_argument("--baseline", action="store_true",
                     help="also time the trainer as it was before the speed-up (no shared prompt caches in the "
                          "training forward, unfused AdamW, an fsync per metrics line), interleaved with the other two")
@@ -345,7 +349,8 @@ def main(argv=None):
         "config": {"checkpoint": checkpoint_label(ckpt),
                    "prompts_per_step": args.prompts, "group_size": args.group,
                    "completions_per_step": args.prompts * args.group, "max_new_tokens": args.new_tokens,
-                   "stopping": args.stopping, "reward": args.reward, "prompt_style": style, "lr": args.lr, "threads": args.threads,
+                   "stopping": args.stopping, "reward": args.reward, "prompt_style": style,
+                   "rlcurate_micro_batch_tokens": args.micro_batch_tokens, "lr": args.lr, "threads": args.threads,
                    "warmup_steps": W, "timed_steps": len(trl_t), "seed": args.seed,
                    "trl_gradient_checkpointing": args.trl_gradient_checkpointing,
                    "sampling": "temperature 1, top_k 0, top_p 1",
