@@ -195,10 +195,11 @@ def test_micro_batches_sized_from_a_memory_budget(tmp_path, one_thread):
         TrainConfig(micro_batch_memory_gib=-1)
 
 
+@pytest.mark.slow
 def test_chapter_dry_run_switch_cuts_gpu_configs_and_loads_random_real_architectures(shared_data, monkeypatch, tmp_path):
     """``RLCURATE_DRYRUN=1`` (a chapter's GPU cells on any machine): GPU cells run, a GPU config is cut to two
-    short steps on the CPU, and a Hub id loads a two-layer random-weight checkpoint of its architecture
-    (cached in the temporary folder); without the switch nothing changes."""
+    short steps on the CPU and never writes into its own out_dir, and a Hub id loads a two-layer random-weight
+    checkpoint of its architecture (cached in the temporary folder); without the switch no model is replaced."""
     from rlcurate.book import gpu_cells
     from rlcurate.dryrun import DRY_RUN_LAYERS, dry_run_config
     from rlcurate.models import load_policy
@@ -206,14 +207,18 @@ def test_chapter_dry_run_switch_cuts_gpu_configs_and_loads_random_real_architect
 
     monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    from rlcurate.models.dry_run import dry_run_model
+
     monkeypatch.delenv("RLCURATE_DRYRUN", raising=False)
     assert not gpu_cells("smoke") and not gpu_cells("cpu") and gpu_cells("gpu")
+    assert dry_run_model("Qwen/Qwen2.5-Math-1.5B") is None
     monkeypatch.setenv("RLCURATE_DRYRUN", "1")
     assert gpu_cells("smoke")
     cfg = TrainConfig.load(REPO / "configs" / "gpu_ada_seq_qwen25_math_15b.yaml")
     cut = dry_run_config(cfg)
     assert cfg.steps == 100 and cfg.device == "cuda"  # the original is untouched
     assert cut.steps == 2 and cut.device == "auto" and cut.max_new_tokens == 16 and cut.prompts_per_step == 2
+    assert Path(cut.out_dir).resolve().is_relative_to(tmp_path.resolve()) and cut.out_dir != cfg.out_dir
     assert cut.strategy == cfg.strategy and cut.strategy_kwargs == cfg.strategy_kwargs and cut.lr == cfg.lr
     folder = Path(cut.model)
     assert folder.parent == tmp_path and (folder / "config.json").is_file()

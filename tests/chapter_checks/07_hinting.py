@@ -15,7 +15,8 @@ def check(records):
     assert lad["hard_train"] == hard["prompts"] > 0 and lad["hard_test"] > 0
     assert hard["pass"][3] > hard["pass"][0] and max(hard["gate"][1:]) > hard["gate"][0]
     assert all(0 <= g <= 1 for g in hard["gate"]) and 0 <= lad["full_reveal_share"] <= 1
-    assert lad["user"]["hard"]["pass"] == hard["pass"]
+    user = lad["user"]["hard"]["pass"]
+    assert max(user[1:]) > user[0] and max(lad["user"]["hard"]["gate"][1:]) > lad["user"]["hard"]["gate"][0]
     assert lad["prefix"]["hard"]["pass"][3] > lad["prefix"]["hard"]["pass"][0]
     plain = lad["user, spread"]["unselected"]["pass"]
     assert max(plain[1:]) < plain[0]

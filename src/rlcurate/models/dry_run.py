@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlcurate.errors import UserError
 
-__all__ = ["DRY_RUN_ENV", "DRY_RUN_LAYERS", "dry_run_active", "dry_run_checkpoint", "tokenizer_dir"]
+__all__ = ["DRY_RUN_ENV", "DRY_RUN_LAYERS", "dry_run_active", "dry_run_checkpoint", "dry_run_model", "tokenizer_dir"]
 
 
 DRY_RUN_ENV = "RLCURATE_DRYRUN"
@@ -25,17 +25,32 @@ def dry_run_active() -> bool:
 def dry_run_checkpoint(model_id: str) -> Path:
     """A random-weight checkpoint of ``model_id``'s architecture with :data:`DRY_RUN_LAYERS` layers and the
     real Qwen tokenizer (:func:`tokenizer_dir`), written once into the temporary folder and reused."""
+    import shutil
+
     from rlcurate.models.architectures import random_checkpoint
 
     folder = Path(tempfile.gettempdir()) / f"rlcurate_dryrun_{model_id.replace('/', '--')}_{DRY_RUN_LAYERS}l"
     if not (folder / "config.json").is_file():
         partial = Path(tempfile.mkdtemp(prefix=folder.name + "_", dir=folder.parent))
-        random_checkpoint(model_id, partial, tokenizer_dir(), num_hidden_layers=DRY_RUN_LAYERS)
         try:
+            random_checkpoint(model_id, partial, tokenizer_dir(), num_hidden_layers=DRY_RUN_LAYERS)
             partial.rename(folder)
         except OSError:  # built meanwhile by another process
             pass
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return folder
+
+
+def dry_run_model(spec: str) -> Path | None:
+    """Under ``RLCURATE_DRYRUN=1``, the random-weight checkpoint that stands in for ``spec`` when ``spec`` is a
+    Hub id of :mod:`rlcurate.models.architectures` and not a local folder; else ``None`` (the one test of
+    whether a dry run replaces a model: loading, the trainer and the cut config all use it)."""
+    from rlcurate.models.architectures import ARCHITECTURES
+
+    if not dry_run_active() or spec not in ARCHITECTURES or Path(spec).exists():
+        return None
+    return dry_run_checkpoint(spec)
 
 
 def tokenizer_dir() -> Path:

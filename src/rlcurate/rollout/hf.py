@@ -98,7 +98,9 @@ class TransformersEngine(RolloutEngine):
             not pruned. The sampled tokens are the same (tests/test_rollout_static.py).
         compile_decode: with ``cache="static"``, compile the one-token forward with
             ``torch.compile(mode="reduce-overhead")`` (CUDA graphs on a GPU, where eager decoding is
-            launch-bound: appendix A1). Each new batch shape compiles once.
+            launch-bound: appendix A1). It compiles again when shapes change (with dynamic shapes after
+            the second); each batch has its own cache, so on a GPU its CUDA graphs are re-recorded batch by
+            batch. Not yet timed on a GPU.
     """
 
     def __init__(

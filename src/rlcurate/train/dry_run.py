@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlcurate.models.dry_run import dry_run_checkpoint
+from rlcurate.models.dry_run import dry_run_model
 
 __all__ = ["CUT", "cut_changes", "dry_run_config", "coin_reward"]
 
@@ -19,20 +19,29 @@ def cut_changes(config, steps: int) -> dict[str, Any]:
     """The changes of a CPU dry run: :data:`CUT`, ``steps`` steps, one evaluation at the end, nothing saved."""
     changes: dict[str, Any] = {k: v for k, v in CUT.items() if getattr(config, k) > v}
     changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
-                   save_model=False, resume=False, progress=False, eval_prompts=min(config.eval_prompts, CUT["eval_prompts"]))
+                   save_model=False, resume=False, progress=False)
     return changes
 
 
 def dry_run_config(config):
-    """``config`` as a chapter's dry run trains it: at most 2 steps, the cut lengths and sizes, and for a Hub id
-    of a known architecture the model of :func:`dry_run_checkpoint` (module docstring)."""
-    from rlcurate.models.architectures import ARCHITECTURES
+    """``config`` as a chapter's dry run trains it: at most 2 steps, the cut lengths and sizes, the model of
+    :func:`~rlcurate.models.dry_run.dry_run_model`, and an ``out_dir`` in the temporary folder (a dry run
+    never writes into a real run's folder: one outside it is replaced by a new temporary one, with a
+    warning)."""
+    import logging
+    import tempfile
+
     from rlcurate.train.config import TrainConfig
 
     changes = cut_changes(config, min(config.steps, 2))
     changes.update(device="auto", dtype="auto")  # the GPU configs name cuda; a dry run uses what there is
-    if config.model in ARCHITECTURES and not Path(config.model).exists():
-        changes["model"] = str(dry_run_checkpoint(config.model))
+    stand_in = dry_run_model(config.model)
+    if stand_in is not None:
+        changes["model"] = str(stand_in)
+    tmp = Path(tempfile.gettempdir()).resolve()
+    if not Path(config.out_dir).resolve().is_relative_to(tmp):
+        changes["out_dir"] = tempfile.mkdtemp(prefix="rlcurate_dryrun_run_")
+        logging.getLogger(__name__).warning("dry run: writing to %s, not to %s", changes["out_dir"], config.out_dir)
     return TrainConfig.from_dict({**config.to_dict(), **changes}, source=f"{config.model} (dry run)")
 
 

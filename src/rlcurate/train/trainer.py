@@ -104,13 +104,12 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, task=None,
                  curator: Curator | None = None, ref_model=None):
-        from rlcurate.models.dry_run import dry_run_active
+        from rlcurate.models.dry_run import dry_run_model
         from rlcurate.train.dry_run import coin_reward, dry_run_config
-        from rlcurate.models.architectures import ARCHITECTURES
         from rlcurate.train.preflight import preflight
 
         # a chapter's GPU cell in a dry run (rlcurate.dryrun): a Hub model becomes a random-weight one
-        dry = dry_run_active() and model is None and config.model in ARCHITECTURES
+        dry = model is None and dry_run_model(config.model) is not None
         if dry:
             config = dry_run_config(config)
         self.config = config
