@@ -25,6 +25,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from rlcurate.policy.batching import TrainSample, plan_micro_batches
+from rlcurate.policy.prefill import MIN_SHARED_PREFIX, common_prefix_length, plain_cache, prefill_prompts
 
 __all__ = ["forward_logprobs", "token_logprobs", "split_head", "sequence_logprobs", "sequence_logprobs_and_ranks",
            "grad_norms"]
@@ -44,9 +45,10 @@ def forward_logprobs(model, samples: Sequence[TrainSample], temperature: float, 
 
     With ``share_prompts`` (the default), when several samples have the same prompt (the G completions
     of a GRPO group), each distinct prompt is encoded once and its key-value cache is shared by its
-    samples (:func:`_forward_logprobs_shared`): the same numbers up to float rounding, the same
-    gradients (they flow back through the shared cache), and G - 1 fewer copies of every prompt in the
-    forward and backward pass.
+    samples, and the beginning that all the prompts share (a system turn, few-shot examples) is encoded
+    once for the micro-batch (:func:`_forward_logprobs_shared`): the same numbers up to float rounding,
+    the same gradients (they flow back through the shared cache), and G - 1 fewer copies of every
+    prompt in the forward and backward pass.
     """
     if share_prompts and _can_share_prompts(model, samples):
         return _forward_logprobs_shared(model, samples, temperature, pad_id, with_entropy)
@@ -138,11 +140,14 @@ def _scatter_logprobs(head, hidden, targets, mask, temperature, with_entropy):
 
 
 def _can_share_prompts(model, samples: Sequence[TrainSample]) -> bool:
-    """Whether sharing prompt caches pays and is exact: some prompt repeats, and every layer is full
-    attention with a plain growing key-value cache (no sliding window, no recurrent or
+    """Whether sharing prompt caches pays and is exact: some prompt repeats or the prompts begin with a
+    common prefix of :data:`~rlcurate.policy.prefill.MIN_SHARED_PREFIX` tokens or more, and every layer
+    is full attention with a plain growing key-value cache (no sliding window, no recurrent or
     linear-attention state)."""
-    keys = {tuple(s.prompt_ids) for s in samples}
-    if len(keys) == len(samples) or min(len(k) for k in keys) < 1:
+    keys = list({tuple(s.prompt_ids) for s in samples})
+    if min(len(k) for k in keys) < 1:
+        return False
+    if len(keys) == len(samples) and (len(keys) < 2 or common_prefix_length(keys) < MIN_SHARED_PREFIX):
         return False
     cfg = getattr(model, "config", None)
     layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
@@ -156,10 +161,11 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
                              with_entropy: bool):
     """:func:`forward_logprobs` with each distinct prompt encoded once (chapter 5).
 
-    1. The distinct prompts, left-padded to a common length P, go through the model once. The logits
-       at their last position predict each sample's first completion token; their key-value cache is
-       indexed out to one row per sample (an indexing operation, so the gradients of every sample flow
-       back into the shared prompt).
+    1. The distinct prompts go through the model once (:func:`~rlcurate.policy.prefill.prefill_prompts`:
+       the beginning they all share once, then each one's remainder, left-padded, to a common width
+       P). The hidden states at their last position predict each sample's first completion token;
+       their key-value cache is indexed out to one row per sample (an indexing operation, so the
+       gradients of every sample flow back into the shared prompt and prefix).
     2. The completions, left-padded to Lc, go through the model on top of that cache (left padding
        in the middle of a row is masked out; positions continue from each prompt's length), all but
        the last column, whose logits would predict nothing. The logits at block column c - 1 predict
@@ -170,12 +176,6 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
     keys = [tuple(s.prompt_ids) for s in samples]
     uniq = list(dict.fromkeys(keys))
     slot = {k: u for u, k in enumerate(uniq)}
-    P = max(len(k) for k in uniq)
-    pre_ids = torch.full((len(uniq), P), pad_id, dtype=torch.long)
-    pre_attn = torch.zeros((len(uniq), P), dtype=torch.long)
-    for u, k in enumerate(uniq):
-        pre_ids[u, P - len(k):] = torch.tensor(k)
-        pre_attn[u, P - len(k):] = 1
     lengths = torch.tensor([len(s.completion_ids) for s in samples], dtype=torch.long)
     Lc = int(lengths.max())
     ids = torch.full((len(samples), Lc), pad_id, dtype=torch.long)
@@ -185,18 +185,16 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
     comp_mask = cols[None, :] >= (Lc - lengths)[:, None]
     first = cols[None, :] == (Lc - lengths)[:, None]  # each row's first completion token
     expand = torch.tensor([slot[k] for k in keys], dtype=torch.long)
-    pre_ids, pre_attn, ids, comp_mask, first, expand = (
-        t.to(device) for t in (pre_ids, pre_attn, ids, comp_mask, first, expand))
+    ids, comp_mask, first, expand = (t.to(device) for t in (ids, comp_mask, first, expand))
 
-    pre_pos = (pre_attn.cumsum(-1) - 1).clamp(min=0)
     decoder, head = split_head(model)
-    out = decoder(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True)
+    out, pre_attn, _ = prefill_prompts(decoder, uniq, pad_id, device)
     cache = out.past_key_values
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+    if not plain_cache(cache):
         # not a plain growing cache (a model with its own cache type, or gradient checkpointing, which
         # turns the cache off in training): use the unshared layout
         return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
+    P = pre_attn.shape[1]
     h_prompt = out.last_hidden_state[:, -1][expand]  # [b, d]: predicts each row's first token
     # the hidden state that predicts column c: the prompt's last one at a row's first token (column
     # Lc - len_r), block column c - 1 for every later token

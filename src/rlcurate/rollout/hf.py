@@ -15,6 +15,8 @@ from typing import Sequence
 import torch
 from tqdm import tqdm
 
+from rlcurate.policy.prefill import prefill_prompts
+
 from .base import Completion, Prompt, RolloutEngine, SamplingParams, find_stop
 from .sampling import row_keys, sample_next, step_uniforms
 
@@ -74,7 +76,8 @@ class TransformersEngine(RolloutEngine):
 
     Rows (one per prompt and sample) are batched under a token budget (:func:`plan_batches`), prompts
     are left-padded with position ids taken from the attention mask, and each distinct prompt of a
-    batch is encoded once and its KV cache shared by its samples. Token ``t`` of sample ``j`` of
+    batch is encoded once and its KV cache shared by its samples, the beginning all its prompts share
+    encoded once for the batch (:func:`rlcurate.policy.prefill.prefill_prompts`). Token ``t`` of sample ``j`` of
     prompt ``i`` is drawn with the uniform number ``uniforms(seed, i, j, t)``, so a completion does not
     depend on the batching: the same prompts, counts and seed give identical completions whatever the
     token budget (up to float rounding between batch shapes, which can flip a near-tie).
@@ -193,17 +196,11 @@ class TransformersEngine(RolloutEngine):
         B = len(rows)
         uniq = list(dict.fromkeys(i for i, _ in rows))
         slot = {i: k for k, i in enumerate(uniq)}
-        L = max(len(prompt_ids[i]) for i in uniq)
-        ids = torch.full((len(uniq), L), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((len(uniq), L), dtype=torch.long)
-        for k, i in enumerate(uniq):
-            p = prompt_ids[i]
-            ids[k, L - len(p):] = torch.tensor(p)
-            attn[k, L - len(p):] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp_(min=0)
         static = self.cache == "static"
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+        # each distinct prompt once, the beginning they share once (a system turn, few-shot examples)
+        out, attn, pos = prefill_prompts(self.model, [prompt_ids[i] for i in uniq], self.pad_token_id, dev,
+                                         logits_to_keep=1)
+        L = attn.shape[1]
         past = out.past_key_values
         expand = torch.tensor([slot[i] for i, _ in rows], device=dev)
         logits = out.logits[:, -1, :][expand]
