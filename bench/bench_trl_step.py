@@ -155,8 +155,16 @@ def build_rlcurate(ckpt: Path, task, args, out: Path, share_prompts: bool = True
         trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, trainer._lr_factor)
 
     def step():
+        from rlcurate.policy import prefill
+
+        shared_min = prefill.MIN_SHARED_PREFIX
+        if not share_prompts:  # ... generation without the shared prompt prefix, ...
+            prefill.MIN_SHARED_PREFIX = 10**9
         t0 = time.perf_counter()
-        record = trainer.train_step(trainer.step)
+        try:
+            record = trainer.train_step(trainer.step)
+        finally:
+            prefill.MIN_SHARED_PREFIX = shared_min
         trainer.step += 1
         record["time/step"] = time.perf_counter() - t0
         trainer.metrics.write(record)
@@ -307,7 +315,8 @@ def main(argv=None):
                          "at the default need over 20 GB for the trainer before the shared prompt forward")
     ap.add_argument("--baseline", action="store_true",
                     help="also time the trainer as it was before the speed-up (no shared prompt caches in the "
-                         "training forward, unfused AdamW, an fsync per metrics line), interleaved with the other two")
+                         "training forward, no shared prompt prefix in generation, unfused AdamW, an fsync per "
+                         "metrics line), interleaved with the other two")
     ap.add_argument("--out", default=str(DATA / "trl_step.json"))
     args = ap.parse_args(argv)
 

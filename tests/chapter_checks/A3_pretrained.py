@@ -9,8 +9,19 @@ def check(records):
         assert row["prompts"] > 0 and 0 <= row["mean"] <= 1
         assert abs(row["mixed"] + row["right"] + row["wrong"] - 1) < 1e-9, lv
     assert audit["chosen_mixed"] >= 0.2
+    # the shared prefix makes the step cheaper in both halves (data/bench/prefix_share_smollm2.json)
+    share = records["prefix_share"]
+    assert share is not None and all(0 < r < 1 for r in share.values()), share
     comp = records["comparison"]
     assert comp["planned"] == {"smollm2_lr": 30, "smollm2_protocol": 48}
     assert all(0 <= comp["finished"][k] <= comp["planned"][k] for k in comp["planned"])
     # no table is read from a partial suite
     assert (comp["table"] is None) == (comp["finished"]["smollm2_protocol"] < comp["planned"]["smollm2_protocol"])
+    # a rate is chosen for every arm exactly when the sweep has finished, and only then is power planned
+    sweep = records["sweep"]
+    finished = comp["finished"]["smollm2_lr"] == comp["planned"]["smollm2_lr"]
+    assert all(v is not None for v in sweep["chosen"].values()) == finished
+    assert (sweep["planned_detectable"] is not None) == finished
+    if finished:
+        assert set(sweep["chosen"].values()) <= {3e-6, 1e-5, 3e-5}
+        assert 0 < sweep["planned_detectable"] < 1
