@@ -245,3 +245,30 @@ def test_a_chapters_gpu_cell_runs_in_a_dry_run(shared_data, monkeypatch, tmp_pat
     row = json.loads(out.read_text())["chapters"][0]
     assert row["passed"] and any(line.startswith("step   2:") for line in row["gpu_cell_output"])
     assert any("predicted on one H100" in line for line in row["gpu_cell_output"])
+
+
+def test_a_dry_run_checkpoint_is_rebuilt_when_its_architecture_changes(monkeypatch, tmp_path):
+    """The cached random-weight checkpoint's folder is named by a hash of the architecture's fields, so an
+    edit of :data:`rlcurate.models.architectures.ARCHITECTURES` never reuses a stale checkpoint."""
+    from rlcurate.models import architectures, dry_run
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    monkeypatch.setenv("RLCURATE_TOKENIZER_DIR", str(tok))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    built = []
+
+    def fake_checkpoint(model_id, folder, tokenizer_dir, **changes):  # what random_checkpoint leaves behind
+        built.append((model_id, changes))
+        (Path(folder) / "config.json").write_text(json.dumps(architectures.architecture(model_id)))
+        return folder
+
+    monkeypatch.setattr(architectures, "random_checkpoint", fake_checkpoint)
+    first = dry_run.dry_run_checkpoint("Qwen/Qwen2.5-0.5B-Instruct")
+    assert dry_run.dry_run_checkpoint("Qwen/Qwen2.5-0.5B-Instruct") == first and len(built) == 1  # reused
+    changed = dict(architectures.ARCHITECTURES["Qwen/Qwen2.5-0.5B-Instruct"], intermediate_size=1234)
+    monkeypatch.setitem(architectures.ARCHITECTURES, "Qwen/Qwen2.5-0.5B-Instruct", changed)
+    second = dry_run.dry_run_checkpoint("Qwen/Qwen2.5-0.5B-Instruct")
+    assert second != first and len(built) == 2
+    assert json.loads((second / "config.json").read_text())["intermediate_size"] == 1234

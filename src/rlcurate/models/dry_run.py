@@ -24,16 +24,23 @@ def dry_run_active() -> bool:
 
 def dry_run_checkpoint(model_id: str) -> Path:
     """A random-weight checkpoint of ``model_id``'s architecture with :data:`DRY_RUN_LAYERS` layers and the
-    real Qwen tokenizer (:func:`tokenizer_dir`), written once into the temporary folder and reused."""
+    real Qwen tokenizer (:func:`tokenizer_dir`), written once into the temporary folder and reused. The
+    folder's name holds a hash of the architecture's fields, the layer count and the tokenizer's folder,
+    so a change to any of them builds a new checkpoint instead of reusing a stale one."""
+    import hashlib
+    import json
     import shutil
 
-    from rlcurate.models.architectures import random_checkpoint
+    from rlcurate.models.architectures import architecture, random_checkpoint
 
-    folder = Path(tempfile.gettempdir()) / f"rlcurate_dryrun_{model_id.replace('/', '--')}_{DRY_RUN_LAYERS}l"
+    tokenizer = tokenizer_dir()
+    key = json.dumps([architecture(model_id), DRY_RUN_LAYERS, str(tokenizer.resolve())], sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"rlcurate_dryrun_{model_id.replace('/', '--')}_{DRY_RUN_LAYERS}l_{digest}"
     if not (folder / "config.json").is_file():
         partial = Path(tempfile.mkdtemp(prefix=folder.name + "_", dir=folder.parent))
         try:
-            random_checkpoint(model_id, partial, tokenizer_dir(), num_hidden_layers=DRY_RUN_LAYERS)
+            random_checkpoint(model_id, partial, tokenizer, num_hidden_layers=DRY_RUN_LAYERS)
             partial.rename(folder)
         except OSError:  # built meanwhile by another process
             pass
