@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["MIN_SHARED_PREFIX", "common_prefix_length", "plain_cache", "prefill_prompts"]
+__all__ = ["MIN_SHARED_PREFIX", "common_prefix_length", "shared_prefix_length", "plain_cache", "prefill_prompts"]
 
 # a common prefix shorter than this is encoded with each prompt: the extra forward call would cost
 # more than the few tokens it saves
@@ -36,6 +36,16 @@ def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def shared_prefix_length(prompts: Sequence[Sequence[int]], min_shared: int | None = None) -> int:
+    """The number C of leading tokens :func:`prefill_prompts` encodes once for ``prompts``: their
+    :func:`common_prefix_length` when two or more prompts share at least ``min_shared`` tokens (default
+    :data:`MIN_SHARED_PREFIX`, read at call time), else 0."""
+    if len(prompts) < 2:
+        return 0
+    C = common_prefix_length(prompts)
+    return C if C >= (MIN_SHARED_PREFIX if min_shared is None else min_shared) else 0
+
+
 def plain_cache(cache) -> bool:
     """Whether ``cache`` is a plain growing key-value cache (every layer a ``DynamicLayer``), whose rows
     can be indexed and extended; models with their own cache types, and gradient checkpointing (which
@@ -51,7 +61,8 @@ def prefill_prompts(module, prompts: Sequence[Sequence[int]], pad_id: int, devic
     With a common prefix of C >= ``min_shared`` tokens (default :data:`MIN_SHARED_PREFIX`) among two or
     more prompts, the prefix is encoded once (one row) and its cache indexed out to every prompt; the
     remainders, left-padded to S tokens, follow. Otherwise the prompts are left-padded whole (C = 0).
-    ``kwargs`` go to every call (``logits_to_keep=1`` for a causal LM's prefill).
+    ``kwargs`` go to every call (``logits_to_keep=1`` for a causal LM's prefill). When the prefix's cache is
+    not a :func:`plain_cache` (its rows cannot be indexed out), the prompts are encoded whole instead.
 
     Returns ``(out, attn, pos)``: the module's output for the remainders (its last position is each
     prompt's last token; ``out.past_key_values`` holds all C + S columns), the attention mask [U, C + S]
@@ -59,9 +70,7 @@ def prefill_prompts(module, prompts: Sequence[Sequence[int]], pad_id: int, devic
     position ids [U, C + S] (0 .. len - 1 over each prompt's tokens).
     """
     U = len(prompts)
-    C = common_prefix_length(prompts) if U > 1 else 0
-    if C < (MIN_SHARED_PREFIX if min_shared is None else min_shared):
-        C = 0
+    C = shared_prefix_length(prompts, min_shared)
     past = None
     if C:
         prefix = torch.tensor(prompts[0][:C], dtype=torch.long, device=device)[None]

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from rlcurate.policy.batching import TrainSample, plan_micro_batches
-from rlcurate.policy.prefill import MIN_SHARED_PREFIX, common_prefix_length, plain_cache, prefill_prompts
+from rlcurate.policy.prefill import plain_cache, prefill_prompts, shared_prefix_length
 
 __all__ = ["forward_logprobs", "token_logprobs", "split_head", "sequence_logprobs", "sequence_logprobs_and_ranks",
            "grad_norms"]
@@ -141,14 +141,16 @@ def _scatter_logprobs(head, hidden, targets, mask, temperature, with_entropy):
 
 def _can_share_prompts(model, samples: Sequence[TrainSample]) -> bool:
     """Whether sharing prompt caches pays and is exact: some prompt repeats or the prompts begin with a
-    common prefix of :data:`~rlcurate.policy.prefill.MIN_SHARED_PREFIX` tokens or more, and every layer
-    is full attention with a plain growing key-value cache (no sliding window, no recurrent or
-    linear-attention state)."""
+    common prefix worth encoding once (:func:`~rlcurate.policy.prefill.shared_prefix_length`), the model
+    keeps a cache (no activation checkpointing in training), and every layer is full attention with a
+    plain growing key-value cache (no sliding window, no recurrent or linear-attention state)."""
     keys = list({tuple(s.prompt_ids) for s in samples})
     if min(len(k) for k in keys) < 1:
         return False
-    if len(keys) == len(samples) and (len(keys) < 2 or common_prefix_length(keys) < MIN_SHARED_PREFIX):
+    if len(keys) == len(samples) and shared_prefix_length(keys) == 0:
         return False
+    if torch.is_grad_enabled() and getattr(model, "training", False) and getattr(model, "is_activation_checkpointing", False):
+        return False  # checkpointed layers keep no cache in training: there is nothing to share
     cfg = getattr(model, "config", None)
     layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
     if set(layer_types) != {"full_attention"} or getattr(cfg, "is_encoder_decoder", False):
@@ -162,10 +164,10 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
     """:func:`forward_logprobs` with each distinct prompt encoded once (chapter 5).
 
     1. The distinct prompts go through the model once (:func:`~rlcurate.policy.prefill.prefill_prompts`:
-       the beginning they all share once, then each one's remainder, left-padded, to a common width
-       P). The hidden states at their last position predict each sample's first completion token;
-       their key-value cache is indexed out to one row per sample (an indexing operation, so the
-       gradients of every sample flow back into the shared prompt and prefix).
+       the C tokens they all share once, then each one's remainder, left-padded to S tokens; P = C + S).
+       The hidden states at their last position predict each sample's first completion token; their
+       key-value cache is indexed out to one row per sample (an indexing operation, so the gradients of
+       every sample flow back into the shared prompt and prefix).
     2. The completions, left-padded to Lc, go through the model on top of that cache (left padding
        in the middle of a row is masked out; positions continue from each prompt's length), all but
        the last column, whose logits would predict nothing. The logits at block column c - 1 predict
