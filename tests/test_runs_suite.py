@@ -1,0 +1,32 @@
+"""``rlcurate runs`` (rlcurate.experiments): one (run, seed) of a suite trained in its own process, its
+result written, and its resume checkpoint deleted once the result exists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from rlcurate.experiments import load_suite, result_path, run_one
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_finished_run_writes_its_result_and_drops_its_checkpoint(tmp_path):
+    suite_file = tmp_path / "tiny_two_steps.yaml"
+    suite_file.write_text(yaml.safe_dump({
+        "name": "tiny_two_steps", "base": "configs/tiny_uniform.yaml",
+        "overrides": {"steps": 2, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "eval_every": 0,
+                      "checkpoint_every": 1, "threads": 1},
+        "seeds": [0], "runs": {"uniform": {}}}))
+    suite = load_suite(suite_file)
+    scratch, out = tmp_path / "scratch", tmp_path / "out"
+    scratch.mkdir()
+    out.mkdir()
+    result = run_one(suite, "uniform", 0, out, scratch)
+    stored = json.loads(result_path(out, "uniform", 0).read_text())
+    assert stored["run"] == "uniform" and stored["summary"]["steps"] == 2 == result["summary"]["steps"]
+    run_dir = Path(result["config"]["out_dir"])
+    assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "summary.json").is_file()
+    assert not (run_dir / "checkpoint").exists() and not (run_dir / "checkpoint.old").exists()
