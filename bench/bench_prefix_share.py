@@ -5,7 +5,7 @@ SmolLM2's chat arithmetic prompt (the task of appendix A3) is 129 tokens, of whi
 system turn and three few-shot turns) are the same for every question. Two trainers start from the
 same checkpoint with the same seed, so they draw the same prompts and sample the same tokens (up to
 float rounding); one encodes the common prefix once per generation batch and training micro-batch
-(:mod:`rlcurate.policy.prefill`), the other with every prompt (``MIN_SHARED_PREFIX`` raised out of
+(:mod:`rlcurate.models.prefill`), the other with every prompt (``MIN_SHARED_PREFIX`` raised out of
 reach during its steps; each distinct prompt is still encoded once per group in both). They step
 alternately; after ``--warmup`` steps each, the medians of generation, training and the whole step,
 and the median of the per-step ratios of CPU time (a paired statistic: the two steps ran back to back
@@ -52,7 +52,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
-    from rlcurate.policy import prefill
+    from rlcurate.models import prefill
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

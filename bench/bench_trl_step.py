@@ -155,7 +155,7 @@ def build_rlcurate(ckpt: Path, task, args, out: Path, share_prompts: bool = True
         trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, trainer._lr_factor)
 
     def step():
-        from rlcurate.policy import prefill
+        from rlcurate.models import prefill
 
         shared_min = prefill.MIN_SHARED_PREFIX
         if not share_prompts:  # ... generation without the shared prompt prefix, ...

@@ -1,4 +1,4 @@
-"""The beginning a batch's prompts share, encoded once (rlcurate.policy.prefill; appendix A3): the rollout
+"""The beginning a batch's prompts share, encoded once (rlcurate.models.prefill; appendix A3): the rollout
 engine samples the same tokens and the trainer's scoring gives the same log-probabilities and
 gradients as encoding every prompt whole."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
-from rlcurate.policy import prefill
+from rlcurate.models import prefill
 from rlcurate.policy.batching import TrainSample
-from rlcurate.policy.prefill import common_prefix_length, prefill_prompts
+from rlcurate.models.prefill import common_prefix_length, prefill_prompts
 from rlcurate.policy.scoring import _can_share_prompts, forward_logprobs
 from rlcurate.rollout import SamplingParams, TransformersEngine
 from rlcurate.train.loss import aggregation_coefficients, policy_loss

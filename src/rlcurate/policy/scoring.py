@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from rlcurate.policy.batching import TrainSample, plan_micro_batches
-from rlcurate.policy.prefill import plain_cache, prefill_prompts, shared_prefix_length
+from rlcurate.models.prefill import plain_cache, prefill_prompts, shared_prefix_length
 
 __all__ = ["forward_logprobs", "token_logprobs", "split_head", "sequence_logprobs", "sequence_logprobs_and_ranks",
            "grad_norms"]
@@ -141,7 +141,7 @@ def _scatter_logprobs(head, hidden, targets, mask, temperature, with_entropy):
 
 def _can_share_prompts(model, samples: Sequence[TrainSample]) -> bool:
     """Whether sharing prompt caches pays and is exact: some prompt repeats or the prompts begin with a
-    common prefix worth encoding once (:func:`~rlcurate.policy.prefill.shared_prefix_length`), the model
+    common prefix worth encoding once (:func:`~rlcurate.models.prefill.shared_prefix_length`), the model
     keeps a cache (no activation checkpointing in training), and every layer is full attention with a
     plain growing key-value cache (no sliding window, no recurrent or linear-attention state)."""
     keys = list({tuple(s.prompt_ids) for s in samples})
@@ -163,7 +163,7 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
                              with_entropy: bool):
     """:func:`forward_logprobs` with each distinct prompt encoded once (chapter 5).
 
-    1. The distinct prompts go through the model once (:func:`~rlcurate.policy.prefill.prefill_prompts`:
+    1. The distinct prompts go through the model once (:func:`~rlcurate.models.prefill.prefill_prompts`:
        the C tokens they all share once, then each one's remainder, left-padded to S tokens; P = C + S).
        The hidden states at their last position predict each sample's first completion token; their
        key-value cache is indexed out to one row per sample (an indexing operation, so the gradients of

@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 from tqdm import tqdm
 
-from rlcurate.policy.prefill import prefill_prompts
+from rlcurate.models.prefill import prefill_prompts
 
 from .base import Completion, Prompt, RolloutEngine, SamplingParams, find_stop
 from .sampling import row_keys, sample_next, step_uniforms
@@ -77,7 +77,7 @@ class TransformersEngine(RolloutEngine):
     Rows (one per prompt and sample) are batched under a token budget (:func:`plan_batches`), prompts
     are left-padded with position ids taken from the attention mask, and each distinct prompt of a
     batch is encoded once and its KV cache shared by its samples, the beginning all its prompts share
-    encoded once for the batch (:func:`rlcurate.policy.prefill.prefill_prompts`). Token ``t`` of sample ``j`` of
+    encoded once for the batch (:func:`rlcurate.models.prefill.prefill_prompts`). Token ``t`` of sample ``j`` of
     prompt ``i`` is drawn with the uniform number ``uniforms(seed, i, j, t)``, so a completion does not
     depend on the batching: the same prompts, counts and seed give identical completions whatever the
     token budget (up to float rounding between batch shapes, which can flip a near-tie).

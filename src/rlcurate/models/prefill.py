@@ -1,4 +1,5 @@
-"""Encoding a batch's distinct prompts, with the beginning they all share encoded once (chapters 4, 5).
+"""Encoding a batch's distinct prompts, with the beginning they all share encoded once (chapters 4, 5;
+used by the rollout engine and by the trainer's scoring, so it sits below both).
 
 A batch's prompts usually begin alike: the chat template's system turn, few-shot examples, an
 instruction. SmolLM2's chat arithmetic prompt (appendix A3) is 129 tokens, of which the first 120 are
