@@ -14,7 +14,7 @@ from rlcurate.policy.batching import TrainSample
 from rlcurate.models.prefill import common_prefix_length, prefill_prompts
 from rlcurate.policy.scoring import _can_share_prompts, forward_logprobs
 from rlcurate.rollout import SamplingParams, TransformersEngine
-from rlcurate.train.loss import aggregation_coefficients, policy_loss
+from test_train_shared_prompts import _loss_and_grads
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 
@@ -95,15 +95,6 @@ def test_engine_samples_the_same_tokens_with_a_shared_prefix(model, tok, monkeyp
     diff = max(abs(x - y) for ga, gb in zip(shared, whole) for a, b in zip(ga, gb)
                for x, y in zip(a.logprobs, b.logprobs))
     assert diff < 1e-4
-
-
-def _loss_and_grads(model, samples, pad_id, share):
-    aggregation_coefficients(samples, "token-mean", 8)
-    model.zero_grad()
-    logp, mask, ent = forward_logprobs(model, samples, 0.7, pad_id, with_entropy=True, share_prompts=share)
-    loss, _ = policy_loss(logp, mask, samples, 0.2, 0.28, 0.0)
-    loss.backward()
-    return logp.detach(), mask, ent, float(loss.detach()), [p.grad.clone() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("G, max_len", [(1, 6), (3, 6), (3, 1)])  # distinct prompts; groups; one-token completions
