@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from rlcurate.experiments import load_suite, result_path, run_one
+from rlcurate.experiments import load_suite, pending_runs, result_path, run_one
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,3 +30,9 @@ def test_a_finished_run_writes_its_result_and_drops_its_checkpoint(tmp_path):
     run_dir = Path(result["config"]["out_dir"])
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "summary.json").is_file()
     assert not (run_dir / "checkpoint").exists() and not (run_dir / "checkpoint.old").exists()
+
+
+def test_pending_runs_go_seed_by_seed_and_skip_finished_ones(tmp_path):
+    result_path(tmp_path, "a", 0).write_text("{}")
+    assert pending_runs(["a", "b"], [0, 1], tmp_path) == [("b", 0), ("a", 1), ("b", 1)]
+    assert pending_runs(["a", "b"], [0, 1], tmp_path, force=True) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]

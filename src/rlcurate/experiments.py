@@ -183,6 +183,13 @@ def load_results(out: str | Path) -> list[dict[str, Any]]:
     return sorted((json.loads(f.read_text()) for f in files), key=lambda r: (r["run"], r["seed"]))
 
 
+def pending_runs(names: list[str], seeds: list[int], out: Path, force: bool = False) -> list[tuple[str, int]]:
+    """The (run, seed) pairs still to make, seed by seed with every run of a seed before the next seed:
+    a suite stopped part-way then holds whole paired seeds, not some arms with all seeds and others
+    with none."""
+    return [(n, s) for s in seeds for n in names if force or not result_path(out, n, s).exists()]
+
+
 def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, scratch: Path, force: bool) -> None:
     """Check every (run, seed) to make before any starts, as ``rlcurate train`` would (no model is
     loaded); with ``force`` the scratch folders are about to be emptied, so an old run there is no
@@ -254,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     out = Path(args.out or Path("data") / "runs" / suite["name"])
     scratch = Path(args.scratch or Path("runs") / suite["name"])
-    todo = [(n, s) for n in names for s in seeds if args.force or not result_path(out, n, s).exists()]
+    todo = pending_runs(names, seeds, out, args.force)
     if args.list:
         for n in names:
             for s in seeds:
