@@ -15,8 +15,9 @@ def check(records):
     comp = records["comparison"]
     assert comp["planned"] == {"smollm2_lr": 30, "smollm2_protocol": 48}
     assert all(0 <= comp["finished"][k] <= comp["planned"][k] for k in comp["planned"])
-    # no table is read from a partial suite
-    assert (comp["table"] is None) == (comp["finished"]["smollm2_protocol"] < comp["planned"]["smollm2_protocol"])
+    # an arm is in the table only with all 8 seeds; a complete suite has every arm in it
+    if comp["finished"]["smollm2_protocol"] == comp["planned"]["smollm2_protocol"]:
+        assert comp["table"] is not None and not comp["pending"]
     # a rate is chosen for every arm exactly when the sweep has finished, and only then is power planned
     sweep = records["sweep"]
     finished = comp["finished"]["smollm2_lr"] == comp["planned"]["smollm2_lr"]
@@ -25,3 +26,18 @@ def check(records):
     if finished:
         assert set(sweep["chosen"].values()) <= {3e-6, 1e-5, 3e-5}
         assert 0 < sweep["planned_detectable"] < 1
+    table = comp["table"]
+    if table is not None:
+        assert set(table) == {"final", "area"}
+        for measure, rows in table.items():
+            assert set(rows) == {"uniform_aa", "dapo", "ada_seq_n4", "insight", "combined"} - set(comp["pending"]), measure
+            assert all(r["seeds"] == 8 and r["low"] <= r["mean"] <= r["high"] for r in rows.values()), measure
+            # the A/A control covers zero, or the protocol is broken
+            assert rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
+        assert 0 < comp["detectable"] < 1
+        regime = records["regime"]
+        # the samplers spend more rollouts per step than uniform's 64, so take fewer steps in the budget
+        assert regime["uniform"]["rollouts_per_step"] == 64
+        assert all(regime[a]["steps"] < regime["uniform"]["steps"] for a in ("dapo", "ada_seq_n4"))
+        hinted = regime.get("combined", {}).get("hinted")
+        assert hinted is None or 0 <= hinted <= 1
