@@ -12,7 +12,8 @@ base config, overrides shared by every run, the seeds, and one entry per run (us
       ada_seq_balanced: {strategy: ada_seq_balanced}
 
 ``rlcurate runs --suite configs/suites/end_to_end.yaml`` trains every (run, seed) that has no result
-yet, a few at a time (``--jobs``), each in its own process, and writes
+yet, seed by seed (every run of a seed before the next seed, so a suite stopped part-way holds whole
+paired seeds), a few at a time (``--jobs``), each in its own process, and writes
 ``data/runs/<suite>/<run>_s<seed>.json``: the config, seed, git SHA, package versions, device, wall
 time, the command that regenerates it, and the per-step metrics the chapters plot. A finished result
 is never recomputed unless ``--force`` is given, so an interrupted suite resumes where it stopped.
