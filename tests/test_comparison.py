@@ -122,6 +122,14 @@ def test_the_compare_command_reads_a_suite(tmp_path, capsys):
     assert line.endswith("(control)")
     assert main(["compare", "--suite", str(suite), "--runs", str(runs), "--baseline", "nope"]) == 2
     assert "--baseline 'nope' has no runs" in capsys.readouterr().err
+    # a suite still running: an arm with fewer seeds than the baseline waits outside the table
+    (runs / "late_s0.json").write_text(json.dumps(run("late", 0, list(np.linspace(0.3, 0.7, 11)))))
+    assert main(["compare", "--suite", str(suite), "--runs", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "not in the table, seeds finished of uniform's 4: late 1" in out
+    assert not any(l.startswith("late") for l in out.splitlines())
+    assert main(["compare", "--suite", str(suite), "--runs", str(runs), "--baseline", "late"]) == 2
+    assert "--baseline 'late' has 1 finished seed(s)" in capsys.readouterr().err
 
 
 def test_controls_stay_outside_the_holm_family():

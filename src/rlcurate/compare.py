@@ -49,6 +49,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
     if args.baseline not in values:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
+    # a suite still running: an arm enters the table only with every seed the baseline has
+    base_seeds = set(values[args.baseline])
+    pending = {arm: len(set(v) & base_seeds) for arm, v in values.items() if not base_seeds <= set(v)}
+    if pending:
+        print(f"not in the table, seeds finished of {args.baseline}'s {len(base_seeds)}: "
+              + ", ".join(f"{arm} {n}" for arm, n in pending.items()))
+        values = {arm: v for arm, v in values.items() if arm not in pending}
+    if len(base_seeds) < 2:
+        raise UserError(f"--baseline {args.baseline!r} has {len(base_seeds)} finished seed(s); a paired comparison "
+                        f"needs 2 or more (rlcurate runs --suite {args.suite} makes them)")
     table = compare_arms(values, args.baseline, args.control)
     controls = args.control if args.control is not None else aa_controls(values)
     print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
