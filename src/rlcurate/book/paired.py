@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from rlcurate.comparison import aa_controls
+
 PAIRED_HEADER = (f"{'':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>19}{'p (t)':>8}{'p (sign)':>9}"
                  f"{'p (Holm)':>9}")
 
@@ -20,11 +22,11 @@ def paired_row(arm: str, r, values: Mapping[str, Mapping[int, float]], width: in
 
 def forest(ax, table: Mapping, title: str, color_of: Callable[[str], str]) -> None:
     """Each arm's paired difference and interval, top to bottom in the table's order. Filled: Holm's
-    adjusted p < 0.05; for an A/A control (a name ending in ``_aa``): its interval excludes zero."""
+    adjusted p < 0.05; for an A/A control (:func:`rlcurate.comparison.aa_controls`): its interval excludes zero."""
     names = list(table)
     for i, arm in enumerate(names):
         r, y = table[arm], len(names) - 1 - i
-        strong = r.p_holm < 0.05 if not arm.endswith("_aa") else not r.covers_zero
+        strong = not r.covers_zero if aa_controls([arm]) else r.p_holm < 0.05
         ax.plot([r.low, r.high], [y, y], color=color_of(arm), lw=2.5, alpha=0.9 if strong else 0.4)
         ax.plot(r.mean, y, "o", color=color_of(arm), mfc=color_of(arm) if strong else "white")
     ax.axvline(0.0, color="black", lw=0.8, ls=":")
