@@ -132,6 +132,42 @@ def test_group_evidence_prefers_pool_statistics():
     assert group_evidence(group(0, [1, 0], pool=(5, 16))) == (5.0, 16.0)
     assert group_evidence(group(0, [1, 0, 1])) == (2.0, 3.0)
     assert group_evidence(group(0, [1, 0], hint_level=1)) is None
+    # a hinted group's failures, and only they, with hinted_evidence="failures"
+    assert group_evidence(group(0, [1, 0, 0], hint_level=2), hinted_evidence="failures") == (0.0, 2.0)
+    assert group_evidence(group(0, [1, 0], pool=(5, 16), hint_level=1), hinted_evidence="failures") == (5.0, 16.0)
+
+
+@pytest.mark.parametrize("evidence", ["generated", "trained"])
+def test_hinted_failures_move_the_belief_down_and_skip_leaves_it(evidence):
+    for hinted, expect in (("skip", (1.0, 1.0)), ("failures", (1.0, 4.0))):
+        sel = InsightSelector(evidence=evidence, hinted_evidence=hinted)
+        sel.bind(4, seed=0)
+        ctx = ctx_for(0, M=1)
+        g = group(2, [1, 0, 0, 0], hint_level=1)
+        ctx.generated_groups = [g]
+        sel.observe(ctx, [g])
+        assert (sel.beliefs.alpha[2], sel.beliefs.beta[2]) == expect, (evidence, hinted)
+    with pytest.raises(ValueError, match="hinted_evidence"):
+        InsightSelector(hinted_evidence="all")
+
+
+def _late_choices(strategy: str, seed: int, steps: int = 40, **kw) -> set[int]:
+    """The prompts chosen in the second half of a run on a small simulated pool whose hints do not help."""
+    world = SoftmaxWorld.make(n_prompts=80, pass_rate_beta=(0.5, 0.5), hint_strength=0.0, seed=seed)
+    trainer = SimTrainer(world, build_curator(strategy, **kw), prompts_per_step=8, group_size=8, seed=seed)
+    trainer.run(steps)
+    return {i for ids in trainer.sampled_prompts[steps // 2:] for i in ids}
+
+
+def test_a_selector_with_sage_light_is_trapped_by_hints_that_fail_unless_their_failures_count():
+    """Appendix A3: with hinted groups skipped, a hinted prompt's belief never moves, so INSIGHT chooses
+    the same failing prompts step after step; counting hinted failures gives back INSIGHT's spread."""
+    seeds = range(4)
+    alone = np.mean([len(_late_choices("insight", s)) for s in seeds])
+    skip = np.mean([len(_late_choices("insight+sage_light", s)) for s in seeds])
+    failures = np.mean([len(_late_choices("insight+sage_light", s, hinted_evidence="failures")) for s in seeds])
+    assert skip < 0.7 * alone, (skip, alone)
+    assert failures > 0.9 * alone, (failures, alone)
 
 
 # ---------------------------------------------------------------------------------------- MoPPS

@@ -32,3 +32,8 @@ def check(records):
     if "aa_family_holm" in records:
         holm = records["aa_family_holm"]
         assert len(holm) == 8 and all(0 <= p <= 1 for p in holm.values())
+    # the selector's loop with hints that do not help (simulated): a hinted group skipped by the beliefs
+    # narrows the prompts chosen; counting its failures gives INSIGHT's spread back
+    trap = records["hint_trap_sim"]
+    alone, skip = trap["INSIGHT"]["distinct"], trap["INSIGHT + SAGE-LIGHT"]["distinct"]
+    assert skip < 0.8 * alone and trap["INSIGHT + SAGE-LIGHT, hinted failures counted"]["distinct"] > 0.9 * alone, trap

@@ -41,3 +41,18 @@ def check(records):
         assert all(regime[a]["steps"] < regime["uniform"]["steps"] for a in ("dapo", "ada_seq_n4"))
         hinted = regime.get("combined", {}).get("hinted")
         assert hinted is None or 0 <= hinted <= 1
+    # the revisited pool: a subset of the comparison's (A3 asserts it), seen several times in the budget
+    revisit = records["revisit"]
+    assert revisit["pool"] < 361 and 0 <= revisit["finished"] <= 40
+    if revisit["table"] is not None:
+        assert not {"uniform", "uniform_aa", "insight", "combined"} & set(revisit["pending"])
+        for measure, rows in revisit["table"].items():
+            assert set(rows) == {"uniform_aa", "insight", "combined", "combined_failures"} - set(revisit["pending"]), measure
+            assert all(r["seeds"] == 8 and r["low"] <= r["mean"] <= r["high"] for r in rows.values()), measure
+            assert rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
+        assert 0 <= revisit["hinted"] <= 1 and 0 <= revisit["same_as_insight"] <= 8
+        assert 0 < revisit["detectable"] < 1
+    # the hint measured on the untrained model: pass rates in [0, 1] on the prompts that have one
+    hint = records["hint_effect"]
+    assert 0 < hint["prompts"] < 66 and 0 <= hint["plain"] <= 1 and 0 <= hint["hinted"] <= 1
+    assert hint["low"] <= hint["hinted"] - hint["plain"] <= hint["high"]

@@ -34,8 +34,12 @@ def forest(ax, table: Mapping, title: str, color_of: Callable[[str], str]) -> No
     ax.set_title(title, fontsize=10)
 
 
-def mean_metric(runs, key: str) -> float:
+def mean_metric(runs, key: str, after_rollouts: float = 0) -> float:
     """A per-step metric (``key`` of the runs' metrics records) averaged over each run's steps, then over
-    the runs that logged it; NaN when none did (the tables of how each arm spent its budget)."""
-    vals = [np.mean([m[key] for m in r["metrics"] if key in m]) for r in runs if any(key in m for m in r["metrics"])]
+    the runs that logged it; NaN when none did (the tables of how each arm spent its budget). With
+    ``after_rollouts`` only the steps that ended after that many generated rollouts (``total/rollouts``)."""
+    def steps(r):
+        return [m[key] for m in r["metrics"] if key in m and m.get("total/rollouts", 0) > after_rollouts]
+
+    vals = [np.mean(steps(r)) for r in runs if steps(r)]
     return float(np.mean(vals)) if vals else float("nan")

@@ -39,8 +39,17 @@ What counts as evidence (S successes of K trials) for a trained group, in this o
   pool of rollouts of the prompt this step (more evidence than the kept group), SAGE's unhinted
   level-0 group of a rescued prompt, DRO's verifier counts when it reshaped the rewards;
 * otherwise, for an unhinted group (``hint_level == 0``), its own rewards;
-* a hinted group without pool statistics (SAGE-LIGHT) says nothing about the no-hint pass rate the
-  beliefs describe, and is skipped.
+* a hinted group without pool statistics (SAGE-LIGHT) says nothing exact about the no-hint pass rate
+  the beliefs describe, and is skipped (``hinted_evidence="skip"``, the default); with
+  ``hinted_evidence="failures"`` its failures count as failed trials, S = 0 of K = its failures.
+
+Why the second option exists (chapter 10, appendix A3): with ``"skip"`` a prompt that SAGE-LIGHT has
+begun to hint keeps the belief it had at its last unhinted visit. If the hint does not rescue it,
+SAGE-LIGHT keeps hinting it and the belief never moves, so a selector that chose it once chooses it
+again and again: on a small pool the batch fills with the same failing, hinted prompts. A hint does not
+lower a prompt's pass rate, so failing with one is evidence of failing without; counting those failures
+(and not the hinted successes, which overstate the no-hint pass rate) moves the belief toward 0, where
+INSIGHT's difficulty weight lets the prompt go. It biases the belief down, never up.
 
 With ``evidence="generated"`` the beliefs instead learn from every unhinted group that
 ``ctx.generate`` produced this step (``ctx.generated_groups``), kept or not: the groups a DAPO filter
@@ -70,19 +79,32 @@ from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.beliefs import BetaBeliefs, insight_score, top_m
 
 __all__ = ["BeliefSelector", "InsightSelector", "MoPPSSelector", "ExpectedDifficultySelector",
-           "InverseEvidenceSelector", "group_evidence", "BeliefConfig", "InsightConfig", "MoPPSConfig",
+           "InverseEvidenceSelector", "group_evidence", "rollout_evidence", "BeliefConfig", "InsightConfig", "MoPPSConfig",
            "ExpectedDifficultyConfig", "InverseEvidenceConfig"]
 
 
-def group_evidence(group: Group, success_threshold: float = 1.0) -> tuple[float, float] | None:
+HINTED_EVIDENCE = ("skip", "failures")
+
+
+def group_evidence(group: Group, success_threshold: float = 1.0,
+                   hinted_evidence: str = "skip") -> tuple[float, float] | None:
     """(successes S, trials K) that a trained group contributes to the belief about its prompt's
-    no-hint pass rate (chapter 9); ``None`` when it contributes nothing (see the module docstring)."""
+    no-hint pass rate (chapter 9); ``None`` when it contributes nothing (see the module docstring:
+    a hinted group is skipped, or with ``hinted_evidence="failures"`` gives (0, its failures))."""
     if group.pool_size is not None and group.pool_successes is not None:
         return float(group.pool_successes), float(group.pool_size)
-    if group.hint_level > 0:
-        return None
-    r = np.asarray(group.rewards, dtype=float)
-    return float(np.sum(r >= success_threshold)), float(r.size)
+    return rollout_evidence(group.rewards, group.hint_level, success_threshold, hinted_evidence)
+
+
+def rollout_evidence(rewards, hint_level: int, success_threshold: float = 1.0,
+                     hinted_evidence: str = "skip") -> tuple[float, float] | None:
+    """(S, K) of a group's own rollouts: (successes, rollouts) without a hint; with one, ``None``
+    (``"skip"``) or (0, failures) (``"failures"``)."""
+    r = np.asarray(rewards, dtype=float)
+    successes = float(np.sum(r >= success_threshold))
+    if hint_level > 0:
+        return (0.0, float(r.size) - successes) if hinted_evidence == "failures" else None
+    return successes, float(r.size)
 
 
 class BeliefSelector(Selector):
@@ -97,6 +119,8 @@ class BeliefSelector(Selector):
         success_threshold: a reward >= this counts as a success.
         evidence: ``"trained"`` (the trained groups) or ``"generated"`` (every unhinted group
             generated this step, kept or not); see the module docstring.
+        hinted_evidence: ``"skip"`` (a hinted group says nothing) or ``"failures"`` (its failures count
+            as failed trials); see the module docstring.
         candidates: ``"random"`` (a fresh uniform draw per step) or ``"epoch"`` (chunks of a shuffled
             pass, every prompt once per pass; MoPPS's code); see the module docstring.
     """
@@ -105,10 +129,13 @@ class BeliefSelector(Selector):
 
     def __init__(self, discount: float = 1.0, alpha0: float = 1.0, beta0: float = 1.0,
                  candidate_factor: int = 16, success_threshold: float = 1.0, evidence: str = "generated",
-                 candidates: str = "random"):
+                 candidates: str = "random", hinted_evidence: str = "skip"):
         super().__init__()
         if evidence not in ("trained", "generated"):
             raise ValueError(f"evidence must be 'trained' or 'generated', got {evidence!r}")
+        if hinted_evidence not in HINTED_EVIDENCE:
+            raise ValueError(f"hinted_evidence must be 'skip' or 'failures', got {hinted_evidence!r}")
+        self.hinted_evidence = hinted_evidence
         if candidates not in ("random", "epoch"):
             raise ValueError(f"candidates must be 'random' or 'epoch', got {candidates!r}")
         self.evidence = evidence
@@ -203,18 +230,22 @@ class BeliefSelector(Selector):
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
         """Conjugate update of the beliefs of the prompts rolled out this step (only those)."""
         if self.evidence == "generated":
-            # one update per prompt with all of its unhinted rollouts of the step
+            # one update per prompt with all of its rollouts of the step that count as evidence
             counts: dict[int, list[float]] = {}
             for g in getattr(ctx, "generated_groups", []):
-                if g.hint_level == 0 and g.size:
+                if not g.size:
+                    continue
+                ev = rollout_evidence(g.rewards, g.hint_level, self.success_threshold, self.hinted_evidence)
+                if ev is not None:
                     c = counts.setdefault(int(g.index), [0.0, 0.0])
-                    c[0] += float(np.sum(np.asarray(g.rewards) >= self.success_threshold))
-                    c[1] += float(g.size)
+                    c[0] += ev[0]
+                    c[1] += ev[1]
             for i, (S, K) in counts.items():
-                self.beliefs.update(i, S, K)
+                if K > 0:
+                    self.beliefs.update(i, S, K)
         else:
             for g in groups:
-                ev = group_evidence(g, self.success_threshold)
+                ev = group_evidence(g, self.success_threshold, self.hinted_evidence)
                 if ev is None or ev[1] <= 0:
                     continue
                 self.beliefs.update(g.index, ev[0], ev[1])
@@ -317,6 +348,10 @@ class BeliefConfig(StrategyConfig):
     candidates: str = "random"
     """``"random"`` (a fresh uniform draw per step) or ``"epoch"`` (chunks of a shuffled pass, every
     prompt once per pass; MoPPS's code)."""
+    hinted_evidence: str = "skip"
+    """What a hinted group (SAGE-LIGHT) tells the beliefs: ``"skip"`` (nothing) or ``"failures"`` (its
+    failures, as failed trials; breaks the loop in which a hinted prompt that keeps failing is chosen
+    at every step, appendix A3)."""
 
     def selector(self) -> BeliefSelector:
         raise NotImplementedError

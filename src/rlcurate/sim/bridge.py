@@ -220,6 +220,7 @@ class SimTrainer:
         self.advantage, self.adv_eps, self.seed = advantage, adv_eps, seed
         self.step = 0
         self.rollouts = 0
+        self.sampled_prompts: list[list[int]] = []  # per step, the pool indices rolled out
 
     @property
     def theta(self) -> np.ndarray:
@@ -243,6 +244,7 @@ class SimTrainer:
 
     def train_step(self) -> dict[str, Any]:
         out = run_step(self.curator, self.context(), self.policy, self.advantage, self.adv_eps)
+        self.sampled_prompts.append([int(g.index) for g in out.sampled])
         self.step += 1
         self.rollouts += out.counters.rollouts
         return {"step": self.step, "rollouts": out.counters.rollouts, "total_rollouts": self.rollouts,
