@@ -79,8 +79,8 @@ from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.beliefs import BetaBeliefs, insight_score, top_m
 
 __all__ = ["BeliefSelector", "InsightSelector", "MoPPSSelector", "ExpectedDifficultySelector",
-           "InverseEvidenceSelector", "group_evidence", "rollout_evidence", "BeliefConfig", "InsightConfig", "MoPPSConfig",
-           "ExpectedDifficultyConfig", "InverseEvidenceConfig"]
+           "InverseEvidenceSelector", "group_evidence", "rollout_evidence", "BeliefConfig", "InsightConfig",
+           "MoPPSConfig", "ExpectedDifficultyConfig", "InverseEvidenceConfig"]
 
 
 HINTED_EVIDENCE = ("skip", "failures")
@@ -117,8 +117,8 @@ class BeliefSelector(Selector):
         alpha0, beta0: the Beta prior (1, 1).
         candidate_factor: M_hat / M, the size of the candidate set relative to the batch (16).
         success_threshold: a reward >= this counts as a success.
-        evidence: ``"trained"`` (the trained groups) or ``"generated"`` (every unhinted group
-            generated this step, kept or not); see the module docstring.
+        evidence: ``"trained"`` (the trained groups) or ``"generated"`` (every group generated this
+            step, kept or not, that counts as evidence by ``hinted_evidence``); see the module docstring.
         hinted_evidence: ``"skip"`` (a hinted group says nothing) or ``"failures"`` (its failures count
             as failed trials); see the module docstring.
         candidates: ``"random"`` (a fresh uniform draw per step) or ``"epoch"`` (chunks of a shuffled
@@ -343,8 +343,8 @@ class BeliefConfig(StrategyConfig):
     success_threshold: float = 1.0
     """A reward >= this counts as a success."""
     evidence: str = "generated"
-    """What updates the beliefs: ``"generated"`` (every unhinted group generated this step, kept or
-    not) or ``"trained"`` (the trained groups)."""
+    """What updates the beliefs: ``"generated"`` (every group generated this step, kept or not, that
+    counts as evidence by ``hinted_evidence``) or ``"trained"`` (the trained groups)."""
     candidates: str = "random"
     """``"random"`` (a fresh uniform draw per step) or ``"epoch"`` (chunks of a shuffled pass, every
     prompt once per pass; MoPPS's code)."""
