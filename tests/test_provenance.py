@@ -14,7 +14,7 @@ from rlcurate.provenance import PACKAGES, package_versions, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = {"rlcurate", "python", *PACKAGES, "git_sha", "git_dirty", "platform", "cpu", "cores", "device", "gpu",
-        "threads"}
+        "threads", "kernels"}
 
 
 def test_the_record_has_versions_commit_machine_device_and_threads():
@@ -28,6 +28,20 @@ def test_the_record_has_versions_commit_machine_device_and_threads():
     assert provenance()["device"] is None
     assert set(package_versions(["no-such-package-x"])) == {"rlcurate", "python", *PACKAGES, "no-such-package-x"}
     assert package_versions(["no-such-package-x"])["no-such-package-x"] is None
+
+
+def test_the_kernel_signature_names_the_code_paths(monkeypatch):
+    """Issue #26: what decides whether two machines compute the same floats is in every record."""
+    from rlcurate.provenance import kernel_signature
+
+    sig = provenance()["kernels"]
+    assert sig["aten_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert sig["threads"] == torch.get_num_threads() and sig["vendor"]
+    assert set(sig["isa"]) <= {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16",
+                               "amx_tile"}
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert kernel_signature()["env"]["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    assert kernel_signature() != sig
 
 
 def test_training_audits_checkpoints_and_benchmarks_write_the_same_record(tmp_path):

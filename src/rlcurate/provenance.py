@@ -11,6 +11,8 @@ benchmarks.
     platform, cpu, cores  the operating system, the processor model and its logical cores
     device, gpu           where the model ran (None: not given) and the CUDA device's name
     threads               torch's CPU threads (None when torch was never imported)
+    kernels               the kernel signature (:func:`kernel_signature`): which CPU code paths torch
+                          and the BLAS libraries take, so a bit-for-bit comparison knows when it applies
 
 Versions are read from the installed packages' metadata, so nothing is imported for them; the device
 and the threads are asked of torch only where the process has imported it already.
@@ -25,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["PACKAGES", "cpu_name", "git_state", "package_versions", "provenance"]
+__all__ = ["PACKAGES", "cpu_name", "git_state", "kernel_signature", "package_versions", "provenance"]
 
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 """The packages whose versions every record holds, after rlcurate and python."""
@@ -79,6 +81,41 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile")
+_KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA",
+               "DNNL_MAX_CPU_ISA", "OPENBLAS_CORETYPE")
+
+
+def _cpu_info() -> tuple[str, list[str]]:
+    vendor, flags = "unknown", []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = line.split(":", 1)[1].split()
+                break
+    except OSError:
+        pass
+    return vendor, flags
+
+
+def kernel_signature() -> dict[str, Any]:
+    """Which CPU code paths compute this process's floats (issue #26): the processor's vendor and the
+    instruction-set flags its kernels choose from, torch's ATen CPU capability (what
+    ``ATEN_CPU_CAPABILITY`` can lower), torch's threads, and the environment variables that hold MKL,
+    oneDNN and OpenBLAS to another path. Two processes with equal signatures run the same kernels, so
+    only then is a bit-for-bit comparison of their results meaningful."""
+    vendor, flags = _cpu_info()
+    sig: dict[str, Any] = {"vendor": vendor, "isa": [f for f in _ISA_FLAGS if f in flags],
+                           "env": {k: os.environ[k] for k in _KERNEL_ENV if k in os.environ}}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        sig["aten_capability"] = torch.backends.cpu.get_cpu_capability()
+        sig["threads"] = torch.get_num_threads()
+    return sig
+
+
 def provenance(device: Any = None, extra_packages: Sequence[str] = ()) -> dict[str, Any]:
     """The record of where a result was computed (see the module docstring for its keys):
     package versions (:func:`package_versions`), the git commit, the machine, ``device`` (a
@@ -86,7 +123,8 @@ def provenance(device: Any = None, extra_packages: Sequence[str] = ()) -> dict[s
     sha, dirty = git_state()
     record: dict[str, Any] = {**package_versions(extra_packages), "git_sha": sha, "git_dirty": dirty,
                               "platform": platform.platform(), "cpu": cpu_name(), "cores": os.cpu_count(),
-                              "device": None if device is None else str(device), "gpu": None, "threads": None}
+                              "device": None if device is None else str(device), "gpu": None, "threads": None,
+                              "kernels": kernel_signature()}
     torch = sys.modules.get("torch")
     if torch is not None:
         record["threads"] = torch.get_num_threads()
