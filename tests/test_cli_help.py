@@ -21,6 +21,7 @@ DEFAULTS = {
     "warmstart": "optimizer steps (default: 2500)",
     "serve": "(default: 8000)",
     "runs": "(default: 1)",
+    "conditions": "(default: data/runs/<suite name>)",
 }
 
 

@@ -22,6 +22,7 @@ commands:
   serve        an OpenAI-compatible HTTP server for a checkpoint (chapter 4)
   runs         the reference runs of a suite, one JSON file per run and seed (chapters 5-10)
   compare      the paired comparison of a suite's arms at equal compute (chapter 10)
+  conditions   the conditions map in the simulated world: when curation pays (chapter 11)
   plan         predicted GPU memory and GPU-hours of configs and suites; refuses what does not fit (A1)
   dryrun       a GPU configuration for a step, random weights of its real architecture (appendix A1)
   strategies   the curation strategies, and how to combine two of them
@@ -172,6 +173,7 @@ COMMANDS = {
     "warmstart": _delegate("rlcurate.models.warmstart"),
     "serve": _delegate("rlcurate.rollout.server"),
     "runs": _delegate("rlcurate.experiments"),
+    "conditions": _delegate("rlcurate.sim.conditions"),
     "compare": _delegate("rlcurate.compare"),
     "plan": _delegate("rlcurate.plan"),
     "dryrun": _delegate("rlcurate.dryrun"),

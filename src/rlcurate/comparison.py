@@ -34,7 +34,8 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
-           "Paired", "paired", "aa_controls", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage"]
+           "Paired", "paired", "aa_controls", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage",
+           "rollouts_to_target", "Ratio", "ratio_table"]
 
 CURRENCIES = {
     "rollouts": "generated rollouts",
@@ -303,4 +304,82 @@ def endpoint_values(results: Sequence[Mapping[str, Any]], measure: str, budget: 
         else:
             raise ValueError(f"measure must be final, area or cost, got {measure!r}")
         out.setdefault(r["run"], {})[int(r["seed"])] = v
+    return out
+
+
+# ------------------------------------------------------------------------------ rollouts to a target
+def rollouts_to_target(rollouts: Sequence[float], accuracy: Sequence[float], target: float) -> float:
+    """The charged rollouts at which a learning curve first reaches ``target`` (linear interpolation
+    between evaluations; chapter 11's primary endpoint); ``inf`` when it never does."""
+    from rlcurate.analysis import first_crossing
+
+    x = first_crossing(rollouts, accuracy, target)
+    return math.inf if math.isnan(x) else x
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One arm's rollouts to the target over the baseline's, paired over seeds (chapter 11).
+
+    ``ratio`` is the geometric mean of the per-seed ratios, ``low``/``high`` its two-sided interval at
+    the table's level (a t interval on the log ratios), ``p_t`` and ``p_holm`` the test of ratio = 1.
+    ``saving_bound`` is the largest share of the baseline's rollouts the arm can save that the data do not
+    exclude: 1 - the one-sided lower bound of the ratio at the same level (negative: even no saving is
+    excluded, the arm costs more). ``censored`` counts the seeds where the arm (or the baseline) never
+    reached the target in the budget; such a seed counts at the budget, which favours the arm that
+    missed."""
+
+    n: int
+    ratio: float
+    low: float
+    high: float
+    p_t: float
+    p_holm: float
+    saving_bound: float
+    censored: int
+    p_published: float = float("nan")
+    """One-sided p-value of "the arm's ratio is at least the published one" (the gain is smaller than
+    its paper's): small means the published gain is excluded; nan without a published figure."""
+
+    @property
+    def covers_one(self) -> bool:
+        return self.low <= 1.0 <= self.high
+
+
+def ratio_table(values: Mapping[str, Mapping[int, float]], baseline: str = "uniform", budget: float = math.inf,
+                controls: Sequence[str] | None = None, level: float = 0.95,
+                published: Mapping[str, float] | None = None) -> dict[str, Ratio]:
+    """Paired ratios of rollouts to a target, arm over ``baseline`` (chapter 11): per seed
+    log(arm / baseline), a t interval, Holm across the arms that are not ``controls`` (A/A arms, each
+    on its own), a one-sided bound on the saving and, for arms in ``published`` (arm: the ratio its paper
+    reports, e.g. 0.5 for "twice as fast"), the one-sided test against it. A value of ``inf`` (target
+    never reached) counts as ``budget``."""
+    if controls is None:
+        controls = aa_controls(values)
+    logs: dict[str, dict[int, float]] = {}
+    censored: dict[str, dict[int, bool]] = {}
+    for arm, by_seed in values.items():
+        logs[arm], censored[arm] = {}, {}
+        for s, v in by_seed.items():
+            v = float(v)
+            if not v > 0:
+                raise ValueError(f"arm {arm!r} seed {s}: rollouts to the target must be positive, got {v}")
+            censored[arm][s] = not math.isfinite(v)
+            logs[arm][s] = math.log(min(v, budget))
+            if not math.isfinite(logs[arm][s]):
+                raise ValueError(f"arm {arm!r} seed {s}: never reached the target and no finite budget was given")
+    table = compare_arms(logs, baseline, controls, level)
+    base_cens = censored[baseline]
+    out = {}
+    for arm, r in table.items():
+        seeds = sorted(set(logs[arm]) & set(logs[baseline]))
+        q = float(stats.t.ppf(level, r.n - 1))
+        lower_one_sided = r.mean - q * r.sd / math.sqrt(r.n)
+        p_pub = float("nan")
+        if published and arm in published:
+            z = (r.mean - math.log(published[arm])) / (r.sd / math.sqrt(r.n)) if r.sd > 0 else math.inf
+            p_pub = float(stats.t.sf(z, r.n - 1))
+        out[arm] = Ratio(r.n, math.exp(r.mean), math.exp(r.low), math.exp(r.high), r.p_t, r.p_holm,
+                         1.0 - math.exp(lower_one_sided),
+                         sum(censored[arm][s] or base_cens[s] for s in seeds), p_pub)
     return out

@@ -46,7 +46,7 @@ from rlcurate.train.config import TrainConfig, read_yaml
 KEEP_PREFIXES = ("eval/", "total/", "time/", "curation/")
 KEEP_KEYS = {"step", "reward_mean", "effective_prompt_ratio", "frac_all_right", "frac_all_wrong", "rollouts",
              "generated_tokens", "trained_tokens", "groups_trained", "groups_trained_mixed",
-             "samples_nonzero_adv", "entropy", "grad_norm", "clip_frac", "kl_ref"}
+             "samples_nonzero_adv", "entropy", "grad_norm", "clip_frac", "kl_ref", "uncharged_rollouts"}
 
 
 def load_suite(path: str | Path) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from rlcurate.seeding import generation_seed, stream
+from rlcurate.seeding import generation_seed, named_stream, stream
 from rlcurate.stats.advantages import centred, pool_advantages, rloo, standardised
 from rlcurate.stats.gate import is_mixed
 from rlcurate.tasks.base import Problem
@@ -158,6 +158,9 @@ class StepCounters:
     generate_calls: int = 0
     generate_seconds: float = 0.0
     verify_seconds: float = 0.0
+    uncharged_rollouts: int = 0
+    """Rollouts an oracle arm sampled to learn pass rates for free (:meth:`StepContext.oracle_pass_rates`):
+    never part of ``rollouts``, ``generated_tokens`` or any budget."""
 
 
 class StepContext:
@@ -175,7 +178,8 @@ class StepContext:
         counters: what this step has spent so far (:class:`StepCounters`).
 
     Abilities, each accounted for: :meth:`generate`, :meth:`generate_text`, :meth:`more_prompts`,
-    :meth:`sequence_logprobs` (and :meth:`sequence_logprobs_and_ranks`), :meth:`grad_norms`.
+    :meth:`sequence_logprobs` (and :meth:`sequence_logprobs_and_ranks`), :meth:`grad_norms`; and one
+    that no practical strategy may use, :meth:`oracle_pass_rates` (the ceiling arms of chapter 11).
     Generation seeds come from (run seed, step, call number), so a resumed run reproduces every sample.
 
     ``engine`` and ``tokenizer`` may be given instead of a ``policy`` (tests, notebooks, selectors fed
@@ -203,6 +207,7 @@ class StepContext:
         self._sampling = sampling
         self._render = render
         self._calls = 0
+        self._oracle_calls = 0
         self._more_prompts: Callable[[int], list[int]] | None = None  # bound by the Curator to its selector
 
     # ------------------------------------------------------------------ generation
@@ -278,6 +283,32 @@ class StepContext:
         if self._more_prompts is None:
             raise RuntimeError("more_prompts needs a selector; run the sampler inside a Curator")
         return self._more_prompts(int(k))
+
+    @property
+    def knows_pass_rates(self) -> bool:
+        """True where :meth:`oracle_pass_rates` is exact and free (the simulated world)."""
+        return getattr(self._policy, "pass_rates", None) is not None
+
+    def oracle_pass_rates(self, indices: Sequence[int], runs: int = 8, exact: bool = True) -> np.ndarray:
+        """The current pass rate of each problem, known for free: the ceiling arms of chapter 11 (*When
+        does curation pay?*, the value of perfect information) use it; a practical strategy must not.
+
+        Exact where the policy knows it (the simulated world's ``pass_rates``) and ``exact`` is true. Otherwise the share of
+        ``runs`` rollouts per problem, sampled from the current policy at the run's sampling parameters
+        on a seed stream of its own (the charged calls keep their seeds), rewarded 1 or more counted as
+        right. Those rollouts are *not charged*: they go to ``counters.uncharged_rollouts``, never to
+        ``rollouts``, ``generated_tokens`` or ``generated_groups``."""
+        indices = [int(i) for i in indices]
+        if exact and self.knows_pass_rates:
+            return np.asarray(self._policy.pass_rates([self.problems[i] for i in indices]), dtype=float)
+        if self._policy is None:
+            raise RuntimeError("this StepContext has no policy to estimate pass rates with")
+        self._oracle_calls += 1
+        seed = int(named_stream("oracle_pass_rates", self._seed, self.step, self._oracle_calls).integers(0, 2**62))
+        out = self._policy.generate([self.render(i) for i in indices], int(runs), self._sampling, seed)
+        self.counters.uncharged_rollouts += sum(len(c) for c in out)
+        return np.array([np.mean([self.task.reward(self.problems[i], c.text).value >= 1.0 for c in comps])
+                         if comps else np.nan for i, comps in zip(indices, out)], dtype=float)
 
     # ------------------------------------------------------------------ the policy's scores
     @property

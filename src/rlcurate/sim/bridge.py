@@ -175,6 +175,11 @@ class SimPolicy:
         actions = [c.token_ids[0] for c in group.completions]
         return np.linalg.norm(self.world.score(self.theta, idx, actions, group.hint_level), axis=1)
 
+    def pass_rates(self, problems) -> np.ndarray:
+        """The exact current pass rate p_i(theta) of each problem (the oracle arms of chapter 11)."""
+        idx = [p.meta["prompt"] for p in problems]
+        return self.world.pass_rates(self.theta, idx) if idx else np.zeros(0)
+
     def update(self, groups, advantages) -> dict[str, Any]:
         prompt, action, level, coef = [], [], [], []
         for g, adv in zip(groups, advantages):

@@ -287,6 +287,10 @@ class Trainer:
         }
         if out.nonfinite_rewards:
             record["nonfinite_reward_rollouts"] = out.nonfinite_rewards
+        if counters.uncharged_rollouts:  # an oracle arm's free pass-rate estimates (chapter 11), outside any budget
+            self.totals["uncharged_rollouts"] = self.totals.get("uncharged_rollouts", 0) + counters.uncharged_rollouts
+            record["uncharged_rollouts"] = counters.uncharged_rollouts
+            record["total/uncharged_rollouts"] = self.totals["uncharged_rollouts"]
         return record
 
     # ------------------------------------------------------------------ evaluation

@@ -1,0 +1,244 @@
+"""The conditions map of chapter 11 (*When does curation pay?*) in the simulated world.
+
+A *conditions suite* (``configs/suites/conditions_sim.yaml``) names a base world and training set-up,
+the arms, the conditions (each a change of the pool's pass-rate distribution, of the group size at
+equal rollouts per step, or of the budget) and the endpoint, declared before any run:
+
+* **primary**: charged rollouts until the held-out mean pass rate closes ``close_gap`` of the gap to 1
+  it starts with, target = p0 + close_gap (1 - p0) (0.5: the held-out error halved), read per step
+  (the simulated world evaluates exactly after every step, so the crossing is resolved to one step's
+  rollouts, 1 % of the budget); each arm over uniform as a paired ratio
+  (:func:`rlcurate.comparison.ratio_table`);
+* secondary: the held-out pass rate at the budget, and the area under the curve.
+
+Chapter 10's protocol, in every condition: the learning rate of every arm but the A/A control chosen
+on validation worlds (the validation split, by area under the curve), the A/A control at uniform's
+rate, then paired seeds on the test split: seed s is one world (its pool, split and sampling streams)
+shared by every arm (common random numbers).
+
+``rlcurate conditions --suite configs/suites/conditions_sim.yaml`` runs every condition that has no
+result yet and writes ``data/runs/<suite>/<condition>.json``; :func:`condition_table` reads one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlcurate.errors import UserError
+
+__all__ = ["load_conditions", "condition_config", "run_curve", "run_condition", "condition_table", "main"]
+
+SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "seeds", "endpoint", "arms",
+              "conditions"}
+CONDITION_KEYS = {"pass_rate_beta", "pass_rate_mixture", "group_size", "budget"}
+CURVE_POINTS = 51  # the curve stored per run, for plots (the endpoint is read on every step)
+
+
+def load_conditions(path: str | Path) -> dict[str, Any]:
+    """Read and check a conditions suite; errors name the file and the key."""
+    from rlcurate.train.config import read_yaml
+
+    path = Path(path)
+    suite = read_yaml(path, what="conditions suite")
+    if not isinstance(suite, dict):
+        raise UserError(f"{path}: a conditions suite must be a mapping")
+    missing = sorted(SUITE_KEYS - set(suite))
+    unknown = sorted(set(suite) - SUITE_KEYS)
+    if missing or unknown:
+        raise UserError(f"{path}: " + "; ".join(
+            ([f"missing key(s) {', '.join(missing)}"] if missing else []) +
+            ([f"unknown key(s) {', '.join(map(str, unknown))}"] if unknown else [])))
+    for key in ("arms", "conditions", "world", "train", "endpoint"):
+        if not isinstance(suite[key], dict) or (key in ("arms", "conditions") and not suite[key]):
+            raise UserError(f"{path}: {key} must be a non-empty mapping")
+    if "uniform" not in suite["arms"]:
+        raise UserError(f"{path}: arms must hold 'uniform', the baseline")
+    for name, cond in suite["conditions"].items():
+        bad = sorted(set(cond or {}) - CONDITION_KEYS)
+        if bad:
+            raise UserError(f"{path}: condition {name!r}: unknown key(s) {', '.join(bad)}; a condition sets "
+                            f"{', '.join(sorted(CONDITION_KEYS))}")
+    gap = suite["endpoint"].get("close_gap")
+    if not isinstance(gap, (int, float)) or not 0 < gap < 1:
+        raise UserError(f"{path}: endpoint.close_gap must lie in (0, 1), got {gap!r}")
+    for key in ("lrs", "seeds", "validation_seeds"):
+        if not isinstance(suite[key], list) or not suite[key]:
+            raise UserError(f"{path}: {key} must be a non-empty list")
+    suite["_path"] = str(path)
+    return suite
+
+
+def condition_config(suite: dict[str, Any], condition: str) -> dict[str, Any]:
+    """The set-up of one condition: the base world and training options with the condition's changes;
+    ``prompts_per_step`` is the rollouts per step over the group size (equal rollouts per step)."""
+    cond = suite["conditions"][condition] or {}
+    world = dict(suite["world"])
+    if "pass_rate_beta" in cond:
+        world["pass_rate_beta"] = tuple(cond["pass_rate_beta"])
+    train = dict(suite["train"])
+    G = int(cond.get("group_size", train["group_size"]))
+    per_step = int(train["rollouts_per_step"])
+    if per_step % G:
+        raise UserError(f"{suite['_path']}: condition {condition!r}: rollouts_per_step {per_step} is not a "
+                        f"multiple of the group size {G}")
+    train.update(group_size=G, prompts_per_step=per_step // G)
+    return {"world": world, "mixture": cond.get("pass_rate_mixture"), "train": train,
+            "budget": int(cond.get("budget", suite["budget"]))}
+
+
+def _world(setup: dict[str, Any], seed: int):
+    from rlcurate.sim.world import SoftmaxWorld
+
+    world = dict(setup["world"])
+    mixture = setup["mixture"]
+    if mixture:  # [[weight, a, b], ...]: a mixture of Beta pools
+        rng = np.random.default_rng([seed, 7])
+        n = int(world["n_prompts"])
+        w = np.array([m[0] for m in mixture], dtype=float)
+        comp = rng.choice(len(mixture), size=n, p=w / w.sum())
+        world["pass_rates"] = np.array([rng.beta(mixture[c][1], mixture[c][2]) for c in comp])
+        world.pop("pass_rate_beta", None)
+    return SoftmaxWorld.make(**world, seed=seed)
+
+
+def _trainer(suite, setup, arm: str, seed: int, lr: float, split: str):
+    from rlcurate.curation.registry import build_curator
+    from rlcurate.sim.bridge import SimTrainer
+
+    spec = suite["arms"][arm] or {}
+    train = setup["train"]
+    return SimTrainer(_world(setup, seed), build_curator(spec.get("strategy", "uniform"), **spec.get("strategy_kwargs", {})),
+                      prompts_per_step=train["prompts_per_step"], group_size=train["group_size"], lr=lr,
+                      advantage=spec.get("advantage", "grpo"), seed=seed, optimizer=train.get("optimizer", "adam"),
+                      validation_fraction=train["validation_fraction"], test_fraction=train["test_fraction"],
+                      eval_split=split, order_offset=int(spec.get("order_offset", 0)))
+
+
+def run_curve(suite, setup, arm: str, seed: int, lr: float, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
+    """(charged rollouts, exact held-out mean pass rate) after every step of one run, from 0 to the
+    first step at or past the budget."""
+    tr = _trainer(suite, setup, arm, seed, lr, split)
+    x, y = [0], [tr.held_out()]
+    while tr.rollouts < setup["budget"]:
+        rec = tr.train_step()
+        x.append(rec["total_rollouts"])
+        y.append(rec["held_out"])
+    return np.array(x, dtype=float), np.array(y)
+
+
+def _area(x, y, budget) -> float:
+    grid = np.linspace(0, budget, 101)
+    return float(np.trapezoid(np.interp(grid, x, y), grid) / budget)
+
+
+def _measures(x, y, budget, close_gap) -> dict[str, Any]:
+    from rlcurate.comparison import rollouts_to_target
+
+    target = y[0] + close_gap * (1.0 - y[0])
+    grid = np.linspace(0, budget, CURVE_POINTS)
+    return {"to_target": rollouts_to_target(x, y, target), "target": float(target),
+            "final": float(np.interp(budget, x, y)), "area": _area(x, y, budget),
+            "start": float(y[0]), "curve": np.interp(grid, x, y).round(6).tolist(), "steps": int(len(x) - 1)}
+
+
+def run_condition(suite: dict[str, Any], condition: str, progress: bool = True) -> dict[str, Any]:
+    """The sweep on validation worlds, then every arm on every test seed, for one condition. The
+    strategies' per-step warnings (DAPO's "found 0 mixed groups" once a world is solved) are silenced."""
+    import logging
+
+    quiet = logging.getLogger("rlcurate.curation")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return _run_condition(suite, condition, progress)
+    finally:
+        quiet.setLevel(level)
+
+
+def _run_condition(suite: dict[str, Any], condition: str, progress: bool) -> dict[str, Any]:
+    setup = condition_config(suite, condition)
+    budget, gap = setup["budget"], float(suite["endpoint"]["close_gap"])
+    t0 = time.perf_counter()
+    sweep: dict[str, dict[str, list[float]]] = {}
+    lr: dict[str, float] = {}
+    from rlcurate.comparison import choose_lr
+
+    for arm, spec in suite["arms"].items():
+        if (spec or {}).get("lr_of"):
+            continue
+        sweep[arm] = {str(r): [_area(*run_curve(suite, setup, arm, s, float(r), "validation"), budget)
+                               for s in suite["validation_seeds"]] for r in suite["lrs"]}
+        lr[arm] = choose_lr({float(r): v for r, v in sweep[arm].items()})
+    for arm, spec in suite["arms"].items():
+        if (spec or {}).get("lr_of"):
+            lr[arm] = lr[spec["lr_of"]]
+    runs = {arm: {str(s): _measures(*run_curve(suite, setup, arm, s, lr[arm]), budget, gap) for s in suite["seeds"]}
+            for arm in suite["arms"]}
+    seconds = time.perf_counter() - t0
+    if progress:
+        print(f"{condition}: {len(runs)} arms x {len(suite['seeds'])} seeds ({seconds:.0f} s)", flush=True)
+    return {"suite": suite["name"], "condition": condition, "setup": {**setup, "world": {
+        k: list(v) if isinstance(v, tuple) else v for k, v in setup["world"].items()}},
+            "endpoint": suite["endpoint"], "lr": lr, "sweep": sweep, "runs": runs, "seconds": seconds}
+
+
+def condition_table(result: dict[str, Any], measure: str = "to_target", published: dict[str, float] | None = None):
+    """The paired table of one condition: for ``to_target`` the ratios over uniform
+    (:func:`rlcurate.comparison.ratio_table`), otherwise the differences (:func:`rlcurate.comparison.compare_arms`)."""
+    from rlcurate.comparison import compare_arms, ratio_table
+
+    values = {arm: {int(s): (math.inf if m[measure] is None else m[measure]) for s, m in by_seed.items()}
+              for arm, by_seed in result["runs"].items()}
+    if measure == "to_target":
+        return ratio_table(values, "uniform", budget=result["setup"]["budget"], published=published)
+    return compare_arms(values, "uniform")
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rlcurate conditions",
+                                 description="Run the conditions map of chapter 11 in the simulated world: every "
+                                             "condition of a conditions suite that has no result yet.")
+    ap.add_argument("--suite", required=True, help="a conditions suite (configs/suites/conditions_sim.yaml)")
+    ap.add_argument("--out", default=None, help="folder of the results (default: data/runs/<suite name>)")
+    ap.add_argument("--only", nargs="+", default=None, help="these conditions only")
+    ap.add_argument("--force", action="store_true", help="recompute conditions that have a result")
+    args = ap.parse_args(argv)
+    suite = load_conditions(args.suite)
+    names = args.only or list(suite["conditions"])
+    unknown = [n for n in names if n not in suite["conditions"]]
+    if unknown:
+        raise UserError(f"--only: unknown condition(s) {', '.join(unknown)}; the suite has "
+                        f"{', '.join(suite['conditions'])}")
+    out = Path(args.out or Path("data") / "runs" / suite["name"])
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = out / f"{name}.json"
+        if path.exists() and not args.force:
+            print(f"{name}: done ({path})")
+            continue
+        result = run_condition(suite, name)
+        from rlcurate.provenance import provenance
+
+        result["environment"] = provenance("cpu")
+        result["command"] = f"rlcurate conditions --suite {suite['_path']} --only {name} --force"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_jsonable(result), separators=(",", ":")) + "\n")
+        tmp.replace(path)
+    return 0

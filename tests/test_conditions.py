@@ -1,0 +1,111 @@
+"""Chapter 11's endpoint and conditions map: rollouts to a target, paired ratios with their bounds, and the
+conditions suite in the simulated world (its file checked before any run, a small suite end to end)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from rlcurate.comparison import ratio_table, rollouts_to_target
+from rlcurate.errors import UserError
+
+
+def test_rollouts_to_target_interpolates_and_says_never():
+    x, y = [0, 100, 200, 300], [0.2, 0.3, 0.5, 0.6]
+    assert rollouts_to_target(x, y, 0.4) == 150.0
+    assert rollouts_to_target(x, y, 0.2) == 0.0
+    assert rollouts_to_target(x, y, 0.7) == math.inf
+
+
+def test_ratio_table_recovers_a_known_ratio_with_an_interval_that_covers_it():
+    rng = np.random.default_rng(0)
+    covered, n_rep = 0, 400
+    for _ in range(n_rep):
+        base = np.exp(rng.normal(8, 0.3, 8))  # a seed effect the arms share (common random numbers)
+        values = {"uniform": dict(enumerate(base)),
+                  "fast": dict(enumerate(base * 0.7 * np.exp(rng.normal(0, 0.1, 8))))}
+        r = ratio_table(values)["fast"]
+        covered += r.low <= 0.7 <= r.high
+    assert 0.92 <= covered / n_rep <= 0.98  # the nominal 95 % holds for log-normal ratios
+
+
+def test_ratio_table_bounds_censoring_holm_and_the_published_gain():
+    base = {s: 1000.0 + 50 * s for s in range(8)}
+    values = {"uniform": base, "same": {s: v * (1.0 + 0.01 * (-1) ** s) for s, v in base.items()},
+              "slow": {s: 2 * v for s, v in base.items()}, "uniform_aa": {s: v * 1.02 ** (-1) ** s for s, v in base.items()},
+              "miss": {s: (math.inf if s < 2 else 0.8 * v) for s, v in base.items()}}
+    t = ratio_table(values, budget=3000.0, published={"same": 0.5, "slow": 2.0})
+    assert set(t) == {"same", "slow", "miss", "uniform_aa"}
+    same, slow, miss = t["same"], t["slow"], t["miss"]
+    assert same.covers_one and 0 < same.saving_bound < 0.05  # saves at most a few per cent
+    assert slow.ratio == pytest.approx(2.0) and slow.saving_bound == pytest.approx(-1.0)
+    assert same.p_published < 0.001  # "twice as fast" is excluded
+    assert miss.censored == 2  # never reached: counted at the budget
+    assert t["uniform_aa"].p_holm == t["uniform_aa"].p_t  # the control is outside the Holm family
+    with pytest.raises(ValueError, match="budget"):
+        ratio_table({"uniform": base, "miss": values["miss"]})
+
+
+SMALL = {
+    "name": "conditions_test",
+    "world": {"n_prompts": 120, "n_skills": 8, "noise_dims": 4},
+    "train": {"rollouts_per_step": 32, "group_size": 8, "optimizer": "adam", "validation_fraction": 0.1,
+              "test_fraction": 0.2},
+    "budget": 640, "lrs": [0.3, 1.0], "validation_seeds": [100], "seeds": [0, 1, 2],
+    "endpoint": {"primary": "rollouts_to_target", "close_gap": 0.3},
+    "arms": {"uniform": {}, "uniform_aa": {"order_offset": 1000, "lr_of": "uniform"},
+             "oracle_select": {"strategy": "oracle_select"}},
+    "conditions": {"main": {}, "g4": {"group_size": 4}, "hard": {"pass_rate_beta": [0.3, 2.5]}},
+}
+
+
+def test_a_small_conditions_suite_runs_end_to_end(tmp_path, capsys):
+    from rlcurate.cli import main
+    from rlcurate.sim.conditions import condition_config, condition_table, load_conditions
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    suite = load_conditions(path)
+    assert condition_config(suite, "g4")["train"]["prompts_per_step"] == 8  # equal rollouts per step
+    assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "main", "g4"]) == 0
+    result = json.loads((tmp_path / "out" / "g4.json").read_text())
+    assert result["lr"]["uniform_aa"] == result["lr"]["uniform"] and set(result["sweep"]) == {"uniform", "oracle_select"}
+    runs = result["runs"]
+    assert set(runs) == set(SMALL["arms"]) and all(len(v) == 3 for v in runs.values())
+    first = runs["uniform"]["0"]
+    assert first["target"] == pytest.approx(first["start"] + 0.3 * (1 - first["start"]))
+    table = condition_table(result)
+    assert set(table) == {"oracle_select", "uniform_aa"} and all(r.n == 3 for r in table.values())
+    assert not (tmp_path / "out" / "hard.json").exists()
+    assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "g4"]) == 0
+    assert "done" in capsys.readouterr().out  # a finished condition is not recomputed
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"arms": {"insight": {}}}, "uniform"),
+    ({"endpoint": {"close_gap": 1.5}}, "close_gap"),
+    ({"conditions": {"main": {"pool": 3}}}, "unknown key"),
+    ({"extra": 1}, "unknown key"),
+    ({"seeds": []}, "seeds"),
+])
+def test_a_bad_conditions_suite_is_one_line(tmp_path, change, message, capsys):
+    from rlcurate.cli import main
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({**SMALL, **change}))
+    assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and str(path) in err and len(err.splitlines()) == 1
+
+
+def test_an_unknown_condition_is_refused_before_any_run(tmp_path, capsys):
+    from rlcurate.cli import main
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "nope"]) == 2
+    assert "unknown condition" in capsys.readouterr().err and not (tmp_path / "out").exists()
