@@ -65,7 +65,7 @@ SMALL = {
 
 def test_a_small_conditions_suite_runs_end_to_end(tmp_path, capsys):
     from rlcurate.cli import main
-    from rlcurate.sim.conditions import condition_config, condition_table, load_conditions
+    from rlcurate.conditions import condition_config, condition_table, load_conditions
 
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(SMALL))

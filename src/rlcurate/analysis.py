@@ -18,6 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlcurate.comparison import first_crossing  # noqa: F401 (chapter 6 reads it from here)
+
 from rlcurate._validate import as_int
 
 #: Compute axes of :func:`eval_curve`: cumulative generated rollouts, wall seconds spent generating and
@@ -102,19 +104,6 @@ def smooth(y: Sequence[float], window: int = 3) -> np.ndarray:
     y = np.asarray(y, dtype=float)
     h = w // 2
     return np.array([y[max(0, i - h): i + h + 1].mean() for i in range(y.size)])
-
-
-def first_crossing(x: Sequence[float], y: Sequence[float], target: float) -> float:
-    """The smallest x at which the piecewise-linear curve (x, y) reaches ``target`` (linear
-    interpolation between evaluations); ``nan`` if it never does."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    above = np.nonzero(y >= target)[0]
-    if above.size == 0:
-        return float("nan")
-    i = int(above[0])
-    if i == 0:
-        return float(x[0])
-    return float(x[i - 1] + (target - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
 
 
 def curves_on_grid(curves: Sequence[Curve], grid: np.ndarray, window: int = 3) -> np.ndarray:

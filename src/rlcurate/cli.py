@@ -173,7 +173,7 @@ COMMANDS = {
     "warmstart": _delegate("rlcurate.models.warmstart"),
     "serve": _delegate("rlcurate.rollout.server"),
     "runs": _delegate("rlcurate.experiments"),
-    "conditions": _delegate("rlcurate.sim.conditions"),
+    "conditions": _delegate("rlcurate.conditions"),
     "compare": _delegate("rlcurate.compare"),
     "plan": _delegate("rlcurate.plan"),
     "dryrun": _delegate("rlcurate.dryrun"),

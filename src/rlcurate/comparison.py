@@ -35,7 +35,7 @@ from scipy import stats
 
 __all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
            "Paired", "paired", "aa_controls", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage",
-           "rollouts_to_target", "Ratio", "ratio_table"]
+           "first_crossing", "rollouts_to_target", "Ratio", "ratio_table"]
 
 CURRENCIES = {
     "rollouts": "generated rollouts",
@@ -308,11 +308,22 @@ def endpoint_values(results: Sequence[Mapping[str, Any]], measure: str, budget: 
 
 
 # ------------------------------------------------------------------------------ rollouts to a target
-def rollouts_to_target(rollouts: Sequence[float], accuracy: Sequence[float], target: float) -> float:
-    """The charged rollouts at which a learning curve first reaches ``target`` (linear interpolation
-    between evaluations; chapter 11's primary endpoint); ``inf`` when it never does."""
-    from rlcurate.analysis import first_crossing
+def first_crossing(x: Sequence[float], y: Sequence[float], target: float) -> float:
+    """The smallest x at which the piecewise-linear curve (x, y) reaches ``target`` (linear
+    interpolation between evaluations); ``nan`` if it never does."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    above = np.nonzero(y >= target)[0]
+    if above.size == 0:
+        return float("nan")
+    i = int(above[0])
+    if i == 0:
+        return float(x[0])
+    return float(x[i - 1] + (target - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
 
+
+def rollouts_to_target(rollouts: Sequence[float], accuracy: Sequence[float], target: float) -> float:
+    """The charged rollouts at which a learning curve first reaches ``target`` (:func:`first_crossing`;
+    chapter 11's primary endpoint); ``inf`` when it never does."""
     x = first_crossing(rollouts, accuracy, target)
     return math.inf if math.isnan(x) else x
 

@@ -176,7 +176,7 @@ def compare_steps(stored: list[dict[str, Any]], now: list[dict[str, Any]], keys_
                 problems.append(f"step {old['step']} {key}: only in the {'stored' if key in old else 'new'} record")
                 continue
             a, b = old[key], new[key]
-            if _is_count(a) and _is_count(b) and not (isinstance(a, float) or isinstance(b, float)):
+            if _is_count(a) or _is_count(b):
                 if a != b:
                     problems.append(f"step {old['step']} {key}: {a!r} -> {b!r}")
                 continue

@@ -1,4 +1,5 @@
-"""The conditions map of chapter 11 (*When does curation pay?*) in the simulated world.
+"""The conditions map of chapter 11 (*When does curation pay?*) in the simulated world (a program over
+:mod:`rlcurate.sim`, like :mod:`rlcurate.experiments` over the trainer).
 
 A *conditions suite* (``configs/suites/conditions_sim.yaml``) names a base world and training set-up,
 the arms, the conditions (each a change of the pool's pass-rate distribution, of the group size at
