@@ -3,6 +3,7 @@ as the default growing cache, whatever the batching; the trainer's ``decode`` op
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -91,6 +92,10 @@ def test_trainer_with_the_static_cache_takes_the_same_step(tiny, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")),
                     reason="torch.compile on the CPU needs a C compiler")
+@pytest.mark.skipif(bool(os.environ.get("ATEN_CPU_CAPABILITY")),
+                    reason="an emulated processor: torch.compile's generated CPU code does not follow "
+                           "ATEN_CPU_CAPABILITY (under avx2 on an AVX-512 Xeon the compiled decode returned "
+                           "token 63 at every step, 2026-11-25; issue #31)")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit inside torch.compile
 def test_compiled_decode_samples_the_same_tokens(tiny):
     """``compile_decode=True`` (torch.compile of the one-token forward; CUDA graphs on a GPU): the same
