@@ -42,10 +42,6 @@ def test_expected_signal_is_the_size_of_the_expected_grpo_update():
         assert np.linalg.norm(grad_p) <= np.sqrt(p_i * (1 - p_i) * world.score_sq_norm(theta, i)[0]) + 1e-12
 
 
-def _sim_ctx(trainer):
-    return trainer.context()
-
-
 def test_oracle_select_picks_the_largest_signal_and_is_free_in_the_sim():
     world = SoftmaxWorld.make(n_prompts=200, seed=1)
     tr = SimTrainer(world, build_curator("oracle_select"), prompts_per_step=8, group_size=8, seed=0, test_fraction=0.2)

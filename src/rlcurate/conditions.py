@@ -38,7 +38,7 @@ __all__ = ["load_conditions", "condition_config", "run_curve", "run_condition", 
 
 SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "seeds", "endpoint", "arms",
               "conditions"}
-CONDITION_KEYS = {"pass_rate_beta", "pass_rate_mixture", "group_size", "budget"}
+CONDITION_KEYS = {"pass_rate_beta", "group_size", "budget"}
 CURVE_POINTS = 51  # the curve stored per run, for plots (the endpoint is read on every step)
 
 
@@ -90,23 +90,13 @@ def condition_config(suite: dict[str, Any], condition: str) -> dict[str, Any]:
         raise UserError(f"{suite['_path']}: condition {condition!r}: rollouts_per_step {per_step} is not a "
                         f"multiple of the group size {G}")
     train.update(group_size=G, prompts_per_step=per_step // G)
-    return {"world": world, "mixture": cond.get("pass_rate_mixture"), "train": train,
-            "budget": int(cond.get("budget", suite["budget"]))}
+    return {"world": world, "train": train, "budget": int(cond.get("budget", suite["budget"]))}
 
 
 def _world(setup: dict[str, Any], seed: int):
     from rlcurate.sim.world import SoftmaxWorld
 
-    world = dict(setup["world"])
-    mixture = setup["mixture"]
-    if mixture:  # [[weight, a, b], ...]: a mixture of Beta pools
-        rng = np.random.default_rng([seed, 7])
-        n = int(world["n_prompts"])
-        w = np.array([m[0] for m in mixture], dtype=float)
-        comp = rng.choice(len(mixture), size=n, p=w / w.sum())
-        world["pass_rates"] = np.array([rng.beta(mixture[c][1], mixture[c][2]) for c in comp])
-        world.pop("pass_rate_beta", None)
-    return SoftmaxWorld.make(**world, seed=seed)
+    return SoftmaxWorld.make(**setup["world"], seed=seed)
 
 
 def _trainer(suite, setup, arm: str, seed: int, lr: float, split: str):
