@@ -84,6 +84,18 @@ def test_a_small_conditions_suite_runs_end_to_end(tmp_path, capsys):
     assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "g4"]) == 0
     assert "done" in capsys.readouterr().out  # a finished condition is not recomputed
 
+    # an arm added later runs alone; the others are kept as they were, the set-up must not have changed
+    grown = {**SMALL, "arms": {**SMALL["arms"], "uniform_g16": {"group_size": 16}}}
+    path.write_text(yaml.safe_dump(grown))
+    assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "g4"]) == 0
+    assert "1 arm(s) run, 3 kept" in capsys.readouterr().out
+    again = json.loads((tmp_path / "out" / "g4.json").read_text())
+    assert {a: again["runs"][a] for a in runs} == runs and set(again["runs"]) == set(grown["arms"])
+    assert again["runs"]["uniform_g16"]["0"]["steps"] == 640 // 32  # its own group size, equal rollouts per step
+    path.write_text(yaml.safe_dump({**grown, "budget": 960, "arms": {**grown["arms"], "x": {}}}))
+    assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "g4"]) == 2
+    assert "differs from this result in setup" in capsys.readouterr().err
+
 
 @pytest.mark.parametrize("change, message", [
     ({"arms": {"insight": {}}}, "uniform"),
@@ -91,6 +103,8 @@ def test_a_small_conditions_suite_runs_end_to_end(tmp_path, capsys):
     ({"conditions": {"main": {"pool": 3}}}, "unknown key"),
     ({"extra": 1}, "unknown key"),
     ({"seeds": []}, "seeds"),
+    ({"arms": {"uniform": {}, "a": {"strategy_kwarg": {}}}}, "unknown key"),
+    ({"arms": {"uniform": {}, "a": {"lr_of": "nope"}}}, "lr_of"),
 ])
 def test_a_bad_conditions_suite_is_one_line(tmp_path, change, message, capsys):
     from rlcurate.cli import main
@@ -109,3 +123,27 @@ def test_an_unknown_condition_is_refused_before_any_run(tmp_path, capsys):
     path.write_text(yaml.safe_dump(SMALL))
     assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out"), "--only", "nope"]) == 2
     assert "unknown condition" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_runs_suite_declares_its_endpoint_and_the_runs_are_read_by_it(tmp_path):
+    from rlcurate.comparison import target_of, to_target_values
+    from rlcurate.experiments import load_suite
+
+    path = tmp_path / "s.yaml"
+    base = {"name": "s", "base": "configs/tiny_uniform.yaml", "runs": {"a": {}}}
+    path.write_text(yaml.safe_dump({**base, "endpoint": {"primary": "rollouts_to_target", "close_gap": 0.4}}))
+    assert load_suite(path)["endpoint"]["close_gap"] == 0.4
+    for bad, msg in [({"primary": "speed"}, "primary"), ({"primary": "rollouts_to_target"}, "exactly one"),
+                     ({"primary": "final", "target": 2}, "target"), ({"primary": "final", "when": 1}, "unknown")]:
+        path.write_text(yaml.safe_dump({**base, "endpoint": bad}))
+        with pytest.raises(UserError, match=msg):
+            load_suite(path)
+    assert target_of(0.4, {"close_gap": 0.5}) == pytest.approx(0.7) and target_of(0.4, {"target": 0.6}) == 0.6
+
+    def run(seed, values, spent):
+        return {"run": "a", "seed": seed, "metrics": [{"eval/grid": g, "total/rollouts": r, "eval/accuracy": v}
+                                                      for g, r, v in zip([0, 100, 200], spent, values)]}
+
+    out = to_target_values([run(0, [0.5, 0.6, 0.8], [0, 110, 210]), run(1, [0.5, 0.55, 0.6], [0, 100, 200])],
+                           {"primary": "rollouts_to_target", "close_gap": 0.4})
+    assert out["a"][0] == pytest.approx(110 + 100 * (0.7 - 0.6) / 0.2) and out["a"][1] == math.inf

@@ -328,6 +328,27 @@ def rollouts_to_target(rollouts: Sequence[float], accuracy: Sequence[float], tar
     return math.inf if math.isnan(x) else x
 
 
+def target_of(start: float, endpoint: Mapping[str, Any]) -> float:
+    """The accuracy a run must reach under a declared endpoint: ``target``, or the run's start accuracy plus
+    ``close_gap`` of its gap to 1 (chapter 11)."""
+    if "target" in endpoint:
+        return float(endpoint["target"])
+    return float(start) + float(endpoint["close_gap"]) * (1.0 - float(start))
+
+
+def to_target_values(results: Sequence[Mapping[str, Any]], endpoint: Mapping[str, Any],
+                     key: str = "eval/accuracy") -> dict[str, dict[int, float]]:
+    """Rollouts to the declared target of every reference run, ``{run: {seed: rollouts}}`` (``inf`` when a
+    run never reached it): the rollouts actually spent at each evaluation of the grid, linearly
+    interpolated (:func:`rollouts_to_target`)."""
+    out: dict[str, dict[int, float]] = {}
+    for r in results:
+        c = grid_curve(r, key)
+        out.setdefault(r["run"], {})[int(r["seed"])] = rollouts_to_target(c.rollouts, c.value,
+                                                                           target_of(c.value[0], endpoint))
+    return out
+
+
 @dataclass(frozen=True)
 class Ratio:
     """One arm's rollouts to the target over the baseline's, paired over seeds (chapter 11).

@@ -39,6 +39,7 @@ __all__ = ["load_conditions", "condition_config", "run_curve", "run_condition", 
 SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "seeds", "endpoint", "arms",
               "conditions"}
 CONDITION_KEYS = {"pass_rate_beta", "group_size", "budget"}
+ARM_KEYS = {"strategy", "strategy_kwargs", "advantage", "order_offset", "lr_of", "group_size"}
 CURVE_POINTS = 51  # the curve stored per run, for plots (the endpoint is read on every step)
 
 
@@ -61,6 +62,13 @@ def load_conditions(path: str | Path) -> dict[str, Any]:
             raise UserError(f"{path}: {key} must be a non-empty mapping")
     if "uniform" not in suite["arms"]:
         raise UserError(f"{path}: arms must hold 'uniform', the baseline")
+    for name, arm in suite["arms"].items():
+        bad = sorted(set(arm or {}) - ARM_KEYS)
+        if bad:
+            raise UserError(f"{path}: arm {name!r}: unknown key(s) {', '.join(bad)}; an arm sets "
+                            f"{', '.join(sorted(ARM_KEYS))}")
+        if (arm or {}).get("lr_of") is not None and arm["lr_of"] not in suite["arms"]:
+            raise UserError(f"{path}: arm {name!r}: lr_of names no arm ({arm['lr_of']!r})")
     for name, cond in suite["conditions"].items():
         bad = sorted(set(cond or {}) - CONDITION_KEYS)
         if bad:
@@ -105,8 +113,12 @@ def _trainer(suite, setup, arm: str, seed: int, lr: float, split: str):
 
     spec = suite["arms"][arm] or {}
     train = setup["train"]
+    G = int(spec.get("group_size", train["group_size"]))  # an arm's own group size at equal rollouts per step
+    if train["rollouts_per_step"] % G:
+        raise UserError(f"{suite['_path']}: arm {arm!r}: rollouts_per_step {train['rollouts_per_step']} is not a "
+                        f"multiple of its group size {G}")
     return SimTrainer(_world(setup, seed), build_curator(spec.get("strategy", "uniform"), **spec.get("strategy_kwargs", {})),
-                      prompts_per_step=train["prompts_per_step"], group_size=train["group_size"], lr=lr,
+                      prompts_per_step=train["rollouts_per_step"] // G, group_size=G, lr=lr,
                       advantage=spec.get("advantage", "grpo"), seed=seed, optimizer=train.get("optimizer", "adam"),
                       validation_fraction=train["validation_fraction"], test_fraction=train["test_fraction"],
                       eval_split=split, order_offset=int(spec.get("order_offset", 0)))
@@ -139,8 +151,10 @@ def _measures(x, y, budget, close_gap) -> dict[str, Any]:
             "start": float(y[0]), "curve": np.interp(grid, x, y).round(6).tolist(), "steps": int(len(x) - 1)}
 
 
-def run_condition(suite: dict[str, Any], condition: str, progress: bool = True) -> dict[str, Any]:
-    """The sweep on validation worlds, then every arm on every test seed, for one condition. The
+def run_condition(suite: dict[str, Any], condition: str, progress: bool = True,
+                  previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sweep on validation worlds, then every arm on every test seed, for one condition; with
+    ``previous`` (this condition's earlier result, same set-up) only the arms it lacks are run. The
     strategies' per-step warnings (DAPO's "found 0 mixed groups" once a world is solved) are silenced."""
     import logging
 
@@ -148,36 +162,62 @@ def run_condition(suite: dict[str, Any], condition: str, progress: bool = True) 
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        return _run_condition(suite, condition, progress)
+        return _run_condition(suite, condition, progress, previous)
     finally:
         quiet.setLevel(level)
 
 
-def _run_condition(suite: dict[str, Any], condition: str, progress: bool) -> dict[str, Any]:
+def _same_setup(suite: dict[str, Any], condition: str, previous: dict[str, Any]) -> list[str]:
+    """What differs between a stored result and the suite (empty: its arms can be kept)."""
+    setup = condition_config(suite, condition)
+    now = {"setup": _jsonable({**setup, "world": {k: list(v) if isinstance(v, tuple) else v
+                                                  for k, v in setup["world"].items()}}),
+           "endpoint": suite["endpoint"], "lrs": [float(r) for r in suite["lrs"]], "seeds": list(suite["seeds"]),
+           "validation_seeds": list(suite["validation_seeds"])}
+    before = {"setup": {k: v for k, v in previous["setup"].items() if v is not None}, "endpoint": previous["endpoint"],
+              "lrs": [float(r) for r in previous.get("lrs", suite["lrs"])],
+              "seeds": [int(s) for s in next(iter(previous["runs"].values()))],
+              "validation_seeds": previous.get("validation_seeds", suite["validation_seeds"])}
+    diff = [k for k in now if now[k] != before[k]]
+    diff += [f"arm {a}" for a in previous["runs"] if a in suite["arms"] and
+             (suite["arms"][a] or {}) != previous.get("arms", {}).get(a, suite["arms"][a] or {})]
+    return diff
+
+
+def _run_condition(suite: dict[str, Any], condition: str, progress: bool,
+                   previous: dict[str, Any] | None = None) -> dict[str, Any]:
     setup = condition_config(suite, condition)
     budget, gap = setup["budget"], float(suite["endpoint"]["close_gap"])
     t0 = time.perf_counter()
     sweep: dict[str, dict[str, list[float]]] = {}
     lr: dict[str, float] = {}
+    kept = [a for a in suite["arms"] if previous and a in previous["runs"]]
+    if kept:
+        sweep.update({a: previous["sweep"][a] for a in kept if a in previous["sweep"]})
+        lr.update({a: float(previous["lr"][a]) for a in kept})
     from rlcurate.comparison import choose_lr
 
     for arm, spec in suite["arms"].items():
-        if (spec or {}).get("lr_of"):
+        if (spec or {}).get("lr_of") or arm in kept:
             continue
         sweep[arm] = {str(r): [_area(*run_curve(suite, setup, arm, s, float(r), "validation"), budget)
                                for s in suite["validation_seeds"]] for r in suite["lrs"]}
         lr[arm] = choose_lr({float(r): v for r, v in sweep[arm].items()})
     for arm, spec in suite["arms"].items():
-        if (spec or {}).get("lr_of"):
+        if (spec or {}).get("lr_of") and arm not in kept:
             lr[arm] = lr[spec["lr_of"]]
-    runs = {arm: {str(s): _measures(*run_curve(suite, setup, arm, s, lr[arm]), budget, gap) for s in suite["seeds"]}
+    runs = {arm: previous["runs"][arm] if arm in kept else
+            {str(s): _measures(*run_curve(suite, setup, arm, s, lr[arm]), budget, gap) for s in suite["seeds"]}
             for arm in suite["arms"]}
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0 + (float(previous.get("seconds", 0.0)) if kept else 0.0)
     if progress:
-        print(f"{condition}: {len(runs)} arms x {len(suite['seeds'])} seeds ({seconds:.0f} s)", flush=True)
+        print(f"{condition}: {len(runs) - len(kept)} arm(s) run, {len(kept)} kept, x {len(suite['seeds'])} seeds "
+              f"({seconds:.0f} s in all)", flush=True)
     return {"suite": suite["name"], "condition": condition, "setup": {**setup, "world": {
         k: list(v) if isinstance(v, tuple) else v for k, v in setup["world"].items()}},
-            "endpoint": suite["endpoint"], "lr": lr, "sweep": sweep, "runs": runs, "seconds": seconds}
+            "endpoint": suite["endpoint"], "lrs": [float(r) for r in suite["lrs"]],
+            "validation_seeds": list(suite["validation_seeds"]), "arms": {a: suite["arms"][a] or {} for a in runs},
+            "lr": lr, "sweep": sweep, "runs": runs, "seconds": seconds}
 
 
 def condition_table(result: dict[str, Any], measure: str = "to_target", published: dict[str, float] | None = None):
@@ -221,10 +261,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         path = out / f"{name}.json"
+        previous = None
         if path.exists() and not args.force:
-            print(f"{name}: done ({path})")
-            continue
-        result = run_condition(suite, name)
+            previous = json.loads(path.read_text())
+            missing = [a for a in suite["arms"] if a not in previous["runs"]]
+            if not missing:
+                print(f"{name}: done ({path})")
+                continue
+            diff = _same_setup(suite, name, previous)
+            if diff:
+                raise UserError(f"{path}: the suite now differs from this result in {', '.join(diff)}; rerun the "
+                                f"condition with --force (arms {', '.join(missing)} are new)")
+        result = run_condition(suite, name, previous=previous)
         from rlcurate.provenance import provenance
 
         result["environment"] = provenance("cpu")

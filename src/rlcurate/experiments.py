@@ -60,10 +60,12 @@ def load_suite(path: str | Path) -> dict[str, Any]:
     for key in ("name", "base", "runs"):
         if key not in suite:
             raise UserError(f"{path}: missing key {key!r} (a suite needs name, base, runs)")
-    unknown = sorted(set(suite) - {"name", "base", "runs", "overrides", "seeds"}, key=str)
+    unknown = sorted(set(suite) - {"name", "base", "runs", "overrides", "seeds", "endpoint"}, key=str)
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; a suite has name, base, runs, "
-                        "overrides, seeds")
+                        "overrides, seeds, endpoint")
+    if "endpoint" in suite:
+        suite["endpoint"] = check_endpoint(suite["endpoint"], f"{path}: endpoint")
     if not isinstance(suite["name"], str) or not suite["name"].strip() or "/" in suite["name"]:
         raise UserError(f"{path}: name must be a folder name (no '/'), got {suite['name']!r}")
     if not isinstance(suite["runs"], dict) or not suite["runs"]:
@@ -81,6 +83,33 @@ def load_suite(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
     suite["_path"] = str(path)
     return suite
+
+
+ENDPOINTS = ("rollouts_to_target", "final", "area")
+
+
+def check_endpoint(endpoint: Any, where: str) -> dict[str, Any]:
+    """A suite's endpoint, declared before its runs (chapter 11): ``primary`` (one of :data:`ENDPOINTS`),
+    for ``rollouts_to_target`` the target as ``close_gap`` (each seed's target is its start accuracy plus
+    that share of the gap to 1) or as an accuracy ``target``, and optional ``secondary`` endpoints."""
+    if not isinstance(endpoint, dict):
+        raise UserError(f"{where} must be a mapping (primary, close_gap or target, secondary), got {endpoint!r}")
+    bad = sorted(set(endpoint) - {"primary", "close_gap", "target", "secondary"}, key=str)
+    if bad:
+        raise UserError(f"{where}: unknown key(s) {', '.join(map(str, bad))}; it has primary, close_gap or target, "
+                        "secondary")
+    if endpoint.get("primary") not in ENDPOINTS:
+        raise UserError(f"{where}: primary must be one of {', '.join(ENDPOINTS)}, got {endpoint.get('primary')!r}")
+    for key in [k for k in ("close_gap", "target") if k in endpoint]:
+        v = endpoint[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+            raise UserError(f"{where}: {key} must be a number in (0, 1), got {v!r}")
+    if endpoint["primary"] == "rollouts_to_target" and ("close_gap" in endpoint) == ("target" in endpoint):
+        raise UserError(f"{where}: rollouts_to_target needs exactly one of close_gap and target")
+    secondary = endpoint.get("secondary", [])
+    if not isinstance(secondary, list) or any(x not in ENDPOINTS for x in secondary):
+        raise UserError(f"{where}: secondary must be a list of {', '.join(ENDPOINTS)}, got {secondary!r}")
+    return endpoint
 
 
 def _find(relative: str, suite_path: Path) -> Path:
