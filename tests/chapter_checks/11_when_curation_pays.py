@@ -8,9 +8,21 @@ def check(records):
     the_map = records["map"]
     assert set(the_map) == {"main", "hard"}  # the smoke profile's reduced suite
     for cond, table in the_map.items():
-        assert "uniform" not in table and {"uniform_aa", "oracle_select", "oracle_alloc"} <= set(table), cond
+        assert "uniform" not in table and {"uniform_aa", "oracle_select", "oracle_alloc", "pilot_commit", "knapsack",
+                                           "greso"} <= set(table), cond
         aa = table["uniform_aa"]
         assert aa["low"] <= 1 <= aa["high"], cond  # the A/A control covers a ratio of 1
         for arm, r in table.items():
             assert r["low"] <= r["ratio"] <= r["high"] and 0 <= r["p_holm"] <= 1 and r["n"] == 3, (cond, arm)
             assert r["saving_bound"] < 1 and 0 <= r["censored"] <= 3, (cond, arm)
+    # each recent method against uniform (the map's cell) and against its paper's baseline, with the published test
+    assert set(records["recent"]) == {"pilot_commit", "knapsack", "greso"}
+    for arm, by_cond in records["recent"].items():
+        for cond, r in by_cond.items():
+            assert r["ratio"] == the_map[cond][arm]["ratio"], (arm, cond)
+            assert r["vs_low"] <= r["vs_paper_baseline"] <= r["vs_high"] and 0 <= r["p_published"] <= 1, (arm, cond)
+    assert set(records["ceiling"]) == set(the_map)
+    for cond, c in records["ceiling"].items():
+        assert c["select"] == the_map[cond]["oracle_select"]["ratio"], cond
+    assert all(a not in ("oracle_select", "oracle_alloc", "uniform_aa") for _, a in records["practical_wins"])
+    assert records["gpu_plan_hours"] > 0
