@@ -147,3 +147,12 @@ def test_a_runs_suite_declares_its_endpoint_and_the_runs_are_read_by_it(tmp_path
     out = to_target_values([run(0, [0.5, 0.6, 0.8], [0, 110, 210]), run(1, [0.5, 0.55, 0.6], [0, 100, 200])],
                            {"primary": "rollouts_to_target", "close_gap": 0.4})
     assert out["a"][0] == pytest.approx(110 + 100 * (0.7 - 0.6) / 0.2) and out["a"][1] == math.inf
+
+
+def test_a_condition_may_shrink_the_pool(tmp_path):
+    from rlcurate.conditions import condition_config, load_conditions
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({**SMALL, "conditions": {"small": {"n_prompts": 60, "budget": 1280}}}))
+    setup = condition_config(load_conditions(path), "small")
+    assert setup["world"]["n_prompts"] == 60 and setup["budget"] == 1280 and setup["world"]["n_skills"] == 8

@@ -38,7 +38,7 @@ __all__ = ["load_conditions", "condition_config", "run_curve", "run_condition", 
 
 SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "seeds", "endpoint", "arms",
               "conditions"}
-CONDITION_KEYS = {"pass_rate_beta", "group_size", "budget"}
+CONDITION_KEYS = {"pass_rate_beta", "group_size", "budget", "n_prompts"}
 ARM_KEYS = {"strategy", "strategy_kwargs", "advantage", "order_offset", "lr_of", "group_size"}
 CURVE_POINTS = 51  # the curve stored per run, for plots (the endpoint is read on every step)
 
@@ -91,6 +91,8 @@ def condition_config(suite: dict[str, Any], condition: str) -> dict[str, Any]:
     world = dict(suite["world"])
     if "pass_rate_beta" in cond:
         world["pass_rate_beta"] = tuple(cond["pass_rate_beta"])
+    if "n_prompts" in cond:
+        world["n_prompts"] = int(cond["n_prompts"])
     train = dict(suite["train"])
     G = int(cond.get("group_size", train["group_size"]))
     per_step = int(train["rollouts_per_step"])
