@@ -5,7 +5,7 @@ folder (never over the source). The values it stored with :func:`rlcurate.book.r
 checked by ``tests/chapter_checks/<chapter>.py`` (a function ``check(records)``), and every chapter
 must record ``checks_passed`` (its numerical assertions all ran). A separate test makes sure no
 committed notebook holds an error output. nbval (``--nbval-lax``, configured in pyproject.toml) runs
-the chapters that have cells marked ``# NBVAL_CHECK_OUTPUT`` again and compares those cells with their
+the chapters that have cells tagged ``nbval-check-output`` again and compares those cells with their
 stored outputs (the root conftest.py leaves the others to this file).
 """
 

@@ -4,7 +4,7 @@
 executed notebook's outputs (papermill, nbclient) without showing in the rendered book, and
 :func:`read_records` collects them from an executed ``.ipynb`` file.
 
-nbval compares the bundles of the cells marked ``# NBVAL_CHECK_OUTPUT`` with their stored ones through
+nbval compares the bundles of the cells tagged ``nbval-check-output`` with their stored ones through
 :func:`compare_bundles` (hooked in by the repository's root ``conftest.py``), never bit for bit: the last
 bits of a float depend on the processor, its BLAS kernel and the thread count.
 """
