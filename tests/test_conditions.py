@@ -156,3 +156,34 @@ def test_a_condition_may_shrink_the_pool(tmp_path):
     path.write_text(yaml.safe_dump({**SMALL, "conditions": {"small": {"n_prompts": 60, "budget": 1280}}}))
     setup = condition_config(load_conditions(path), "small")
     assert setup["world"]["n_prompts"] == 60 and setup["budget"] == 1280 and setup["world"]["n_skills"] == 8
+
+
+def test_rlcurate_compare_reads_rollouts_to_the_declared_target(tmp_path, capsys):
+    """``rlcurate compare --measure to_target``: the suite's endpoint, paired ratios, a run that never reaches
+    the target counted at the budget; a suite without the endpoint is refused in one line."""
+    from rlcurate.cli import main
+
+    suite = {"name": "t", "base": "configs/tiny_uniform.yaml", "overrides": {"max_rollouts": 400},
+             "endpoint": {"primary": "rollouts_to_target", "close_gap": 0.5},
+             "runs": {"uniform": {}, "uniform_aa": {}, "fast": {}}, "seeds": [0, 1, 2]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(suite))
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    crossing = {"uniform": [200, 220, 180], "uniform_aa": [210, 200, 190], "fast": [100, 120, None]}
+    for arm, xs in crossing.items():
+        for seed, x in enumerate(xs):
+            # accuracy 0.5 at 0, reaching the target 0.75 exactly at x (never when x is None)
+            ys = [0.5, 0.6, 0.7] if x is None else [0.5, 0.75, 0.8]
+            grid = [0, 200, 400] if x is None else [0, x, 400]
+            (runs / f"{arm}_s{seed}.json").write_text(json.dumps({"run": arm, "seed": seed, "metrics": [
+                {"eval/grid": g, "total/rollouts": g, "eval/accuracy": y} for g, y in zip(grid, ys)]}))
+    assert main(["compare", "--suite", str(tmp_path / "s.yaml"), "--runs", str(runs), "--measure", "to_target"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("fast"))
+    expected = math.exp(np.mean(np.log([100 / 200, 120 / 220, 400 / 180])))
+    assert f"{expected:.2f}" in row and row.split()[-1] == "1"  # one censored seed, counted at 400
+    assert "(control)" in next(line for line in out.splitlines() if line.startswith("uniform_aa"))
+    suite.pop("endpoint")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(suite))
+    assert main(["compare", "--suite", str(tmp_path / "s.yaml"), "--runs", str(runs), "--measure", "to_target"]) == 2
+    assert "declares no rollouts_to_target endpoint" in capsys.readouterr().err

@@ -10,7 +10,8 @@ from typing import Sequence
 import numpy as np
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
-from rlcurate.comparison import CURRENCIES, aa_controls, choose_lr, compare_arms, endpoint_values, sweep_table
+from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, endpoint_values, ratio_table,
+                                 sweep_table, to_target_values)
 from rlcurate.errors import UserError
 from rlcurate.experiments import load_results, load_suite
 
@@ -27,8 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--control", action="append",
                    help="an A/A control arm, compared with the baseline outside the Holm family (repeatable; "
                         "default: every arm whose name ends in _aa)")
-    p.add_argument("--measure", default="final", choices=["final", "area", "cost"],
-                   help="accuracy at the budget, area under the curve, or accuracy at a budget in --currency")
+    p.add_argument("--measure", default="final", choices=["final", "area", "cost", "to_target"],
+                   help="accuracy at the budget, area under the curve, accuracy at a budget in --currency, or the "
+                        "rollouts to the target the suite's endpoint declares (chapter 11: paired ratios)")
     p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES))
     p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts)")
@@ -46,7 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{arm:<20} {cells}   -> {chosen[arm]:g}")
         print(json.dumps(chosen))
         return 0
-    values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
+    if args.measure == "to_target":
+        if "endpoint" not in suite or suite["endpoint"]["primary"] != "rollouts_to_target":
+            raise UserError(f"--measure to_target: suite {args.suite} declares no rollouts_to_target endpoint "
+                            "(an 'endpoint:' key with close_gap or target)")
+        values = to_target_values(results, suite["endpoint"])
+    else:
+        values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
     if args.baseline not in values:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
     # a suite still running: an arm enters the table only with every seed the baseline has
@@ -59,8 +67,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(base_seeds) < 2:
         raise UserError(f"--baseline {args.baseline!r} has {len(base_seeds)} finished seed(s); a paired comparison "
                         f"needs 2 or more (rlcurate runs --suite {args.suite} makes them)")
-    table = compare_arms(values, args.baseline, args.control)
     controls = args.control if args.control is not None else aa_controls(values)
+    if args.measure == "to_target":
+        ratios = ratio_table(values, args.baseline, budget=budget, controls=controls)
+        end = suite["endpoint"]
+        goal = f"accuracy {end['target']:g}" if "target" in end else f"the start accuracy + {end['close_gap']:g} of its gap to 1"
+        print(f"rollouts until {goal}; paired ratios to {args.baseline} (a run that never reaches it counts at {budget:g})")
+        print(f"{'arm':<20}{'seeds':>6}{'ratio':>8}{'95% interval':>18}{'p (t)':>8}{'p (Holm)':>10}{'saves at most':>15}"
+              f"{'censored':>10}")
+        for arm, r in ratios.items():
+            holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
+            print(f"{arm:<20}{r.n:>6}{r.ratio:>8.2f}{f'[{r.low:.2f}, {r.high:.2f}]':>18}{r.p_t:>8.3f}{holm}"
+                  f"{r.saving_bound:>14.0%}{r.censored:>10d}")
+        return 0
+    table = compare_arms(values, args.baseline, args.control)
     print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
           f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}; paired differences to {args.baseline}")
     print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")
