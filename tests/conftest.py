@@ -46,3 +46,26 @@ def spread_policy():
     threads = torch.get_num_threads()  # the smoke runs use threads=1 (much faster on a busy 2-core CPU)
     yield model, tok, ArithmeticTask(levels=["add2", "add3"], n_train=64, n_test=8)
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def resume_identical():
+    """``check(world, make, steps, split, **SimTrainer options)``: a simulated run of ``steps`` steps equals one
+    stopped after ``split`` steps and resumed from the curator's state as a checkpoint stores it (JSON), with the
+    parameters carried over; returns the first trainer and the full run's records."""
+    import json
+
+    from rlcurate.sim.bridge import SimTrainer
+
+    def check(world, make, steps=10, split=5, **kw):
+        full = SimTrainer(world, make(), **kw).run(steps).records[1:]
+        a = SimTrainer(world, make(), **kw)
+        first = a.run(split).records[1:]
+        state = json.loads(json.dumps(a.curator.state_dict()))
+        b = SimTrainer(world, make(), theta=a.theta, **kw)
+        b.curator.load_state_dict(state)
+        b.step, b.rollouts = a.step, a.rollouts
+        assert first + [b.train_step() for _ in range(steps - split)] == full
+        return a, full
+
+    return check

@@ -54,18 +54,6 @@ def n_pos(g, thr=0.7):
     return int(np.sum(g.rewards > thr))
 
 
-def assert_resume_identical(world, make, steps=10, split=5, **kw):
-    full = SimTrainer(world, make(), **kw).run(steps).records[1:]
-    a = SimTrainer(world, make(), **kw)
-    first = a.run(split).records[1:]
-    state = json.loads(json.dumps(a.curator.state_dict()))
-    b = SimTrainer(world, make(), theta=a.theta, **kw)
-    b.curator.load_state_dict(state)
-    b.step, b.rollouts = a.step, a.rollouts
-    assert first + [b.train_step() for _ in range(steps - split)] == full
-    return a, full
-
-
 @pytest.fixture(scope="module")
 def spread():
     # pass rates spread over (0.06, 0.94): every balanced pool can finish given enough rounds
@@ -394,18 +382,18 @@ def test_est_rejects_bad_arguments():
 
 
 # ------------------------------------------------------------------------------------------ resume
-def test_ada_est_resume_is_exact_and_the_state_matters(spread):
+def test_ada_est_resume_is_exact_and_the_state_matters(spread, resume_identical):
     kw = dict(prompts_per_step=8, group_size=4, seed=0)
     make = lambda: build_curator("ada_est")  # noqa: E731
-    a, full = assert_resume_identical(spread.world, make, **kw)
+    a, full = resume_identical(spread.world, make, **kw)
     b = SimTrainer(spread.world, make(), theta=a.theta, **kw)  # same theta, no counts
     b.step = 5
     assert [b.train_step() for _ in range(5)] != full[5:]
 
 
 @pytest.mark.parametrize("name", ["ada_seq_balanced", "ada_seq_positive"])
-def test_ada_seq_resume_is_exact(spread, name):
-    assert_resume_identical(spread.world, lambda: build_curator(name, correction="inverse_p"),
+def test_ada_seq_resume_is_exact(spread, name, resume_identical):
+    resume_identical(spread.world, lambda: build_curator(name, correction="inverse_p"),
                             prompts_per_step=8, group_size=4, advantage="drgrpo")
 
 

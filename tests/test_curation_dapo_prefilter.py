@@ -42,19 +42,6 @@ def world_pass_rates(problems, world):
     return world.pass_rates(world.init_theta())[[p.meta["prompt"] for p in problems]]
 
 
-def assert_resume_identical(world, make, steps=10, split=5, **kw):
-    full = SimTrainer(world, make(), **kw).run(steps).records[1:]
-    a = SimTrainer(world, make(), **kw)
-    first = a.run(split).records[1:]
-    state = json.loads(json.dumps(a.curator.state_dict()))  # what a checkpoint stores
-    b = SimTrainer(world, make(), theta=a.theta, **kw)
-    b.curator.load_state_dict(state)
-    b.step, b.rollouts = a.step, a.rollouts
-    rest = [b.train_step() for _ in range(steps - split)]
-    assert first + rest == full
-    return full
-
-
 # ------------------------------------------------------------------------------------------ DAPO
 @pytest.fixture(scope="module")
 def polar_world():
@@ -131,8 +118,8 @@ def test_dapo_rejects_bad_arguments():
         build_curator("dapo", k_pos=2)
 
 
-def test_dapo_resume_is_exact(polar_world):
-    assert_resume_identical(polar_world, lambda: build_curator("dapo"), prompts_per_step=8, group_size=4)
+def test_dapo_resume_is_exact(polar_world, resume_identical):
+    resume_identical(polar_world, lambda: build_curator("dapo"), prompts_per_step=8, group_size=4)
 
 
 # ------------------------------------------------------------------------------------------ prefilter
@@ -239,9 +226,9 @@ def test_prefilter_audit_prompts_bounds_the_audit(three_kinds):
     assert set(cur.selector.kept) <= set(cur.selector.universe)
 
 
-def test_prefilter_resume_is_exact(three_kinds):
+def test_prefilter_resume_is_exact(three_kinds, resume_identical):
     make = lambda: build_curator("prefilter", audit_runs=8, reaudit_every=4, reaudit_fresh=5)  # noqa: E731
-    full = assert_resume_identical(three_kinds, make, steps=10, split=5, prompts_per_step=4, group_size=4)
+    _, full = resume_identical(three_kinds, make, steps=10, split=5, prompts_per_step=4, group_size=4)
     # the state matters: a fresh prefilter (no kept set) would audit again at step 5
     a = SimTrainer(three_kinds, make(), prompts_per_step=4, group_size=4)
     a.run(5)

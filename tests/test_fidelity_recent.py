@@ -11,9 +11,6 @@ trains, and a resumed run continues exactly.
 
 from __future__ import annotations
 
-import json
-import math
-
 import numpy as np
 import pytest
 
@@ -237,23 +234,11 @@ def test_pilot_commit_leaves_a_prompt_whose_pilots_were_all_right_out_of_later_p
 
 
 # ------------------------------------------------------------------------------------------ all three
-def assert_resume_identical(world, make, steps=10, split=5, **kw):
-    full = SimTrainer(world, make(), **kw).run(steps).records[1:]
-    a = SimTrainer(world, make(), **kw)
-    first = a.run(split).records[1:]
-    state = json.loads(json.dumps(a.curator.state_dict()))  # what a checkpoint stores
-    b = SimTrainer(world, make(), theta=a.theta, **kw)
-    b.curator.load_state_dict(state)
-    b.step, b.rollouts = a.step, a.rollouts
-    rest = [b.train_step() for _ in range(steps - split)]
-    assert first + rest == full
-
-
 @pytest.mark.parametrize("name, kw", [("knapsack", {}), ("greso", {}), ("pilot_commit", {"n_pilot": 4, "n_commit": 4})])
-def test_recent_methods_resume_exactly(name, kw):
+def test_recent_methods_resume_exactly(name, kw, resume_identical):
     world = SoftmaxWorld.make(n_prompts=150, pass_rate_beta=(0.5, 0.5), seed=6)
-    assert_resume_identical(world, lambda: build_curator(name, **kw), steps=12, split=6, prompts_per_step=8,
-                            group_size=8, seed=1, test_fraction=0.2)
+    resume_identical(world, lambda: build_curator(name, **kw), steps=12, split=6, prompts_per_step=8,
+                     group_size=8, seed=1, test_fraction=0.2)
 
 
 @pytest.mark.parametrize("name", ["knapsack", "greso", "pilot_commit"])
