@@ -114,3 +114,26 @@ def test_the_uncharged_estimate_is_a_share_of_right_answers():
                       policy=Stub())
     assert ctx.oracle_pass_rates([0, 1, 2], runs=4).tolist() == [0.0, 0.25, 0.5]
     assert ctx.counters.uncharged_rollouts == 12 and ctx.counters.rollouts == 0 and not ctx.generated_groups
+
+
+def test_between_audits_oracle_selection_takes_each_prompt_once_in_signal_order():
+    """Stale estimates (an audit every 4 steps): the steps between two audits choose disjoint prompts, in
+    order of their audited signal; an audit starts afresh. Exact free pass rates audit every step."""
+    world = SoftmaxWorld.make(n_prompts=200, seed=5)
+    tr = SimTrainer(world, build_curator("oracle_select", exact=False, refresh=4, runs=8), prompts_per_step=8,
+                    group_size=8, seed=0, test_fraction=0.2)
+    sel = tr.curator.selector
+    picks = []
+    for _ in range(8):
+        ctx = tr.context()
+        picks.append(tr.curator.select(ctx))
+        tr.step += 1
+        assert sel.oracle.audited_at == 4 * (len(picks) - 1 >= 4)
+    first, second = picks[:4], picks[4:]
+    assert len(set().union(*map(set, first))) == 32 and len(set().union(*map(set, second))) == 32
+    s = expected_signal(np.nan_to_num(sel.oracle.p, nan=0.0), 8)
+    ranked = [min(s[p]) for p in second]
+    assert all(a >= max(s[b]) - 1e-12 for a, b in zip(ranked, second[1:]))  # earlier steps took larger signals
+    exact = SimTrainer(world, build_curator("oracle_select"), prompts_per_step=8, group_size=8, seed=0)
+    ctx = exact.context()
+    assert exact.curator.select(ctx) == exact.curator.select(ctx)  # re-audited: the same best prompts again

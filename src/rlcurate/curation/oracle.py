@@ -94,7 +94,12 @@ class OracleEstimates:
 
 class OracleSelector(Selector):
     """The B prompts of largest expected signal s(p, G) under the true pass rates (ties broken by
-    ``ctx.rng``); see the module docstring."""
+    ``ctx.rng``), each prompt at most once between two audits; see the module docstring.
+
+    Between audits the estimates do not move, so without that rule the same B prompts would be chosen at
+    every step until the next audit, trained again and again on what the audit saw before the first of
+    those steps; with it, the steps between two audits take the prompts in order of their audited signal
+    (where the pass rates are exact and free, every step is an audit and the rule never binds)."""
 
     name = "oracle_select"
 
@@ -102,12 +107,19 @@ class OracleSelector(Selector):
         super().__init__()
         self.oracle = OracleEstimates(refresh, runs, exact)
         self.last_signal = 0.0
+        self.since_audit: set[int] = set()  # prompts chosen since the last audit
 
     def select(self, ctx: StepContext, k: int) -> list[int]:
         p = self.oracle.current(ctx)
+        if self.oracle.audited_at == ctx.step:
+            self.since_audit = set()
         s = np.nan_to_num(expected_signal(np.nan_to_num(p, nan=0.0), ctx.group_size), nan=0.0)
         order = np.lexsort((ctx.rng.random(s.size), -s))  # largest signal first, random among equals
-        chosen = [int(i) for i in order[:k]]
+        fresh = [int(i) for i in order if int(i) not in self.since_audit]
+        if len(fresh) < k:  # the pool is used up before the next audit: start over
+            self.since_audit, fresh = set(), [int(i) for i in order]
+        chosen = fresh[:k]
+        self.since_audit.update(chosen)
         self.last_signal = float(s[chosen].mean()) if chosen else 0.0
         return chosen
 
@@ -115,11 +127,12 @@ class OracleSelector(Selector):
         return {**self.oracle.metrics(), "oracle_signal": self.last_signal}
 
     def state_dict(self):
-        return {**super().state_dict(), "oracle": self.oracle.state_dict()}
+        return {**super().state_dict(), "oracle": self.oracle.state_dict(), "since_audit": sorted(self.since_audit)}
 
     def load_state_dict(self, state) -> None:
         super().load_state_dict(state)
         self.oracle.load_state_dict(state["oracle"])
+        self.since_audit = set(state["since_audit"])
 
 
 class OracleAllocationSampler(Sampler):
