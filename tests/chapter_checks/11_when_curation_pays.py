@@ -26,3 +26,8 @@ def check(records):
         assert c["select"] == the_map[cond]["oracle_select"]["ratio"], cond
     assert all(a not in ("oracle_select", "oracle_alloc", "uniform_aa") for _, a in records["practical_wins"])
     assert records["gpu_plan_hours"] > 0
+    # the tiny model's table is read from the committed runs in every profile
+    tiny = records["tiny"]
+    assert tiny["uniform_aa"]["low"] <= 1 <= tiny["uniform_aa"]["high"]
+    assert {"oracle_select", "oracle_alloc", "insight", "pilot_commit", "knapsack", "greso"} <= set(tiny)
+    assert records["tiny_oracle"]["uncharged_per_run"] > 0
