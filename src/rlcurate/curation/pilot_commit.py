@@ -106,7 +106,9 @@ class PilotCommitSelector(Selector):
 
 
 class PilotCommitSampler(Sampler):
-    """The rounds of the module docstring; ``selector`` is the strategy's own (it keeps the exclusions)."""
+    """The rounds of the module docstring; ``selector`` is the strategy's own (it keeps the exclusions). As the
+    sampler of a composition (``a+pilot_commit``) it pilots what selector ``a`` gives (``ctx.more_prompts``) and
+    its exclusions reach no selector: the pool is not shrunk."""
 
     name = "pilot_commit"
 
