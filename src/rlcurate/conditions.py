@@ -62,18 +62,15 @@ def load_conditions(path: str | Path) -> dict[str, Any]:
             raise UserError(f"{path}: {key} must be a non-empty mapping")
     if "uniform" not in suite["arms"]:
         raise UserError(f"{path}: arms must hold 'uniform', the baseline")
+    for kind, allowed in (("arm", ARM_KEYS), ("condition", CONDITION_KEYS)):
+        for name, spec in suite[kind + "s"].items():
+            bad = sorted(set(spec or {}) - allowed)
+            if bad:
+                raise UserError(f"{path}: {kind} {name!r}: unknown key(s) {', '.join(bad)}; a {kind} sets "
+                                f"{', '.join(sorted(allowed))}")
     for name, arm in suite["arms"].items():
-        bad = sorted(set(arm or {}) - ARM_KEYS)
-        if bad:
-            raise UserError(f"{path}: arm {name!r}: unknown key(s) {', '.join(bad)}; an arm sets "
-                            f"{', '.join(sorted(ARM_KEYS))}")
         if (arm or {}).get("lr_of") is not None and arm["lr_of"] not in suite["arms"]:
             raise UserError(f"{path}: arm {name!r}: lr_of names no arm ({arm['lr_of']!r})")
-    for name, cond in suite["conditions"].items():
-        bad = sorted(set(cond or {}) - CONDITION_KEYS)
-        if bad:
-            raise UserError(f"{path}: condition {name!r}: unknown key(s) {', '.join(bad)}; a condition sets "
-                            f"{', '.join(sorted(CONDITION_KEYS))}")
     gap = suite["endpoint"].get("close_gap")
     if not isinstance(gap, (int, float)) or not 0 < gap < 1:
         raise UserError(f"{path}: endpoint.close_gap must lie in (0, 1), got {gap!r}")
@@ -169,21 +166,20 @@ def run_condition(suite: dict[str, Any], condition: str, progress: bool = True,
         quiet.setLevel(level)
 
 
+def _stored_setup(setup: dict[str, Any]) -> dict[str, Any]:
+    """A condition's set-up as its result stores it (tuples as lists)."""
+    return {**setup, "world": {k: list(v) if isinstance(v, tuple) else v for k, v in setup["world"].items()}}
+
+
 def _same_setup(suite: dict[str, Any], condition: str, previous: dict[str, Any]) -> list[str]:
     """What differs between a stored result and the suite (empty: its arms can be kept)."""
-    setup = condition_config(suite, condition)
-    now = {"setup": _jsonable({**setup, "world": {k: list(v) if isinstance(v, tuple) else v
-                                                  for k, v in setup["world"].items()}}),
-           "endpoint": suite["endpoint"], "lrs": [float(r) for r in suite["lrs"]], "seeds": list(suite["seeds"]),
-           "validation_seeds": list(suite["validation_seeds"])}
-    before = {"setup": {k: v for k, v in previous["setup"].items() if v is not None}, "endpoint": previous["endpoint"],
-              "lrs": [float(r) for r in previous.get("lrs", suite["lrs"])],
-              "seeds": [int(s) for s in next(iter(previous["runs"].values()))],
-              "validation_seeds": previous.get("validation_seeds", suite["validation_seeds"])}
-    diff = [k for k in now if now[k] != before[k]]
-    diff += [f"arm {a}" for a in previous["runs"] if a in suite["arms"] and
-             (suite["arms"][a] or {}) != previous.get("arms", {}).get(a, suite["arms"][a] or {})]
-    return diff
+    now = {"setup": _stored_setup(condition_config(suite, condition)), "endpoint": suite["endpoint"],
+           "lrs": [float(r) for r in suite["lrs"]], "validation_seeds": list(suite["validation_seeds"]),
+           "seeds": [str(s) for s in suite["seeds"]]}
+    before = {"setup": previous["setup"], "endpoint": previous["endpoint"], "lrs": previous["lrs"],
+              "validation_seeds": previous["validation_seeds"], "seeds": list(next(iter(previous["runs"].values())))}
+    return [k for k in now if now[k] != before[k]] + [
+        f"arm {a}" for a in previous["runs"] if a in suite["arms"] and (suite["arms"][a] or {}) != previous["arms"][a]]
 
 
 def _run_condition(suite: dict[str, Any], condition: str, progress: bool,
@@ -215,8 +211,7 @@ def _run_condition(suite: dict[str, Any], condition: str, progress: bool,
     if progress:
         print(f"{condition}: {len(runs) - len(kept)} arm(s) run, {len(kept)} kept, x {len(suite['seeds'])} seeds "
               f"({seconds:.0f} s in all)", flush=True)
-    return {"suite": suite["name"], "condition": condition, "setup": {**setup, "world": {
-        k: list(v) if isinstance(v, tuple) else v for k, v in setup["world"].items()}},
+    return {"suite": suite["name"], "condition": condition, "setup": _stored_setup(setup),
             "endpoint": suite["endpoint"], "lrs": [float(r) for r in suite["lrs"]],
             "validation_seeds": list(suite["validation_seeds"]), "arms": {a: suite["arms"][a] or {} for a in runs},
             "lr": lr, "sweep": sweep, "runs": runs, "seconds": seconds}
