@@ -11,7 +11,8 @@ architecture, and a verdict (appendix A1, *Memory* and *Planning a GPU run*).
     training    activations per completion token x completion tokens of the largest micro-batch
                 + the prompt pass + each row's copy of its prompt's keys and values + a backward
                 transient (fitted on the H100: 1.5 GiB + c x one layer's activations per token)
-    generation  the KV cache of gen_token_budget tokens (bf16) + the sampler's fp32 logits
+    generation  the KV cache of gen_token_budget tokens (bf16 under autocast: KV_DTYPE_BYTES) + the sampler's
+                fp32 logits
 
 The largest micro-batch packs ``micro_batch_tokens // (shortest prompt + max_new_tokens)`` rows of
 ``max_new_tokens`` each (:func:`rlcurate.policy.batching.plan_micro_batches`): short prompts let more
@@ -77,6 +78,12 @@ def param_count(config) -> int:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in model.parameters())
+
+
+KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "fp32": 4}
+"""Bytes of one KV-cache element on a GPU for the trainer's ``dtype``: the engine keeps its cache in the
+dtype attention computes in (:func:`rlcurate.rollout.fixed_shape.kv_cache_dtype`), autocast's bf16 under
+``auto`` and ``bf16``, fp32 under ``fp32`` (tests/test_rollout_static.py checks the two agree)."""
 
 
 def kv_bytes_per_token(config, dtype_bytes: int = 2) -> int:
@@ -161,7 +168,8 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
              "prompt_kv_rows": rows * layers * 4 * k * p_mean,
              "transient": 1.5 * GiB + c_transient * a_layer * tokens}
     gen_rows = max(1, config.gen_token_budget // (p_mean + L))
-    generation = {"kv_cache": kv_bytes_per_token(arch) * config.gen_token_budget,
+    kv_token = kv_bytes_per_token(arch, KV_DTYPE_BYTES[config.dtype])
+    generation = {"kv_cache": kv_token * config.gen_token_budget,
                   "logits": 3 * 4 * gen_rows * arch.vocab_size}
     static = sum(memory.values())
     train_total, gen_total = sum(train.values()), sum(generation.values())
@@ -217,7 +225,7 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
             if not gc:
                 plan.advice.append("or gradient_checkpointing: true")
         else:
-            fit = int((card["memory"] - static - generation["logits"]) / kv_bytes_per_token(arch))
+            fit = int((card["memory"] - static - generation["logits"]) / kv_token)
             plan.advice.append(f"gen_token_budget <= {fit // 1024 * 1024} (now {config.gen_token_budget})")
     return plan
 

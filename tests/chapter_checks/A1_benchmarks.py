@@ -32,3 +32,8 @@ def check(records):
         assert len(records["dryrun_chapters"]) >= 7
     for name, r in records["decode_paths"].items():
         assert r["tokens_per_s"] > 0 and r["time_over_dynamic"] > 0, name
+    # issue #31: the H200's captured step (stored result): faster than eager where the text says so
+    gpu = records.get("gpu_decode_paths") or {}
+    if gpu:
+        assert gpu["fp32-autocast/64"]["ratio"] < 0.4 and gpu["fp32-autocast/256"]["ratio"] < 0.6
+        assert gpu["fp32-autocast/1024"]["ratio"] > 1

@@ -180,6 +180,9 @@ def prompt_seed(seed: int, prompt_index: int) -> int:
     return x >> 1
 
 
+DECODE_MODES = ("dynamic", "static", "captured", "compiled")
+"""The decode paths of :class:`rlcurate.rollout.TransformersEngine` (appendix A1, *Benchmarks*)."""
+
 def find_stop(text: str, stop: Sequence[str]) -> int:
     """Index just past the earliest-ending stop string in ``text``, or -1 if none occurs.
 

@@ -17,7 +17,8 @@ from tqdm import tqdm
 
 from rlcurate.models.prefill import prefill_prompts
 
-from .base import Completion, Prompt, RolloutEngine, SamplingParams, find_stop
+from .base import DECODE_MODES, Completion, Prompt, RolloutEngine, SamplingParams, find_stop
+from .fixed_shape import FixedShapeDecoder, kv_cache_dtype
 from .sampling import row_keys, sample_next, step_uniforms
 
 log = logging.getLogger(__name__)
@@ -45,22 +46,6 @@ def plan_batches(lengths: Sequence[int], counts: Sequence[int], max_new_tokens: 
     if cur:
         batches.append(cur)
     return batches
-
-
-def _static_cache(config, dynamic, max_len: int):
-    """A ``transformers.StaticCache`` of ``max_len`` columns holding the prompt's keys and values from the
-    prefill's ``dynamic`` cache (already expanded to one row per sample): decode steps then write into
-    preallocated tensors and keep their shapes."""
-    from transformers import StaticCache
-
-    static = StaticCache(config=config, max_cache_len=max_len)
-    for src, dst in zip(dynamic.layers, static.layers):
-        n = src.keys.shape[-2]
-        dst.lazy_initialization(src.keys, src.values)
-        dst.keys[:, :, :n].copy_(src.keys)
-        dst.values[:, :, :n].copy_(src.values)
-        dst.cumulative_length.fill_(n)
-    return static
 
 
 def _as_id_list(value) -> list[int]:
@@ -95,15 +80,17 @@ class TransformersEngine(RolloutEngine):
             token, else the first EOS token, else 0.
         prune_finished: drop finished rows from the batch (and its KV cache) once a quarter of the
             rows have finished, so short answers do not pay for long ones (dynamic cache only).
-        cache: ``"dynamic"`` (default): the KV cache grows by one column per step. ``"static"``: it is
-            allocated once at its final length (``transformers.StaticCache``) and every decode step
-            has the same shapes, which is what ``torch.compile`` and CUDA graphs need; the rows are
-            not pruned. The sampled tokens are the same (tests/test_rollout_static.py).
-        compile_decode: with ``cache="static"``, compile the one-token forward with
-            ``torch.compile(mode="reduce-overhead")`` (CUDA graphs on a GPU, where eager decoding is
-            launch-bound: appendix A1). It compiles again when shapes change (with dynamic shapes after
-            the second); each batch has its own cache, so on a GPU its CUDA graphs are re-recorded batch by
-            batch. Not yet timed on a GPU.
+        decode: how the tokens after the prompt are decoded (appendix A1, *Benchmarks*). ``"dynamic"``
+            (default): the KV cache grows by one column a step and finished rows are pruned. The others
+            decode with fixed shapes (:mod:`rlcurate.rollout.fixed_shape`): one persistent KV cache per
+            engine, each batch run in the bucket of rows of the next power of two, the host looking at
+            the rows only every ``sync_every`` steps. ``"static"`` runs that step eagerly; ``"captured"``
+            records it once per bucket as a CUDA graph and replays it (eager on a CPU); ``"compiled"``
+            compiles it with ``torch.compile`` and, on a GPU, replays the compiled step as a CUDA graph.
+            Every path draws the same uniforms, so they sample the same tokens (up to float rounding
+            between kernels, which can flip a near-tie; tests/test_rollout_static.py).
+        sync_every: with fixed shapes, how many steps run between two looks at the finished rows and the
+            stop strings (a finished row idles for at most this many steps).
     """
 
     def __init__(
@@ -114,17 +101,17 @@ class TransformersEngine(RolloutEngine):
         eos_token_ids: int | Sequence[int] | None = None,
         pad_token_id: int | None = None,
         prune_finished: bool = True,
-        cache: str = "dynamic",
-        compile_decode: bool = False,
+        decode: str = "dynamic",
+        sync_every: int = 8,
     ):
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise ValueError(f"token_budget must be a positive integer, got {token_budget!r}")
-        if cache not in ("dynamic", "static"):
-            raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
-        if compile_decode and cache != "static":
-            raise ValueError("compile_decode needs cache='static' (a growing cache changes shape every step)")
-        self.cache = cache
-        self._decode = torch.compile(model.forward, mode="reduce-overhead") if compile_decode else model.forward
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
+        if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
+            raise ValueError(f"sync_every must be a positive integer, got {sync_every!r}")
+        self.decode = decode
+        self.fixed = FixedShapeDecoder(model, decode, sync_every) if decode != "dynamic" else None
         self.model = model
         self.tokenizer = tokenizer
         self.token_budget = token_budget
@@ -193,27 +180,43 @@ class TransformersEngine(RolloutEngine):
 
     def _generate_batch(self, rows, prompt_ids, params: SamplingParams, seed: int) -> list[Completion]:
         dev = self.device
-        B = len(rows)
         uniq = list(dict.fromkeys(i for i, _ in rows))
         slot = {i: k for k, i in enumerate(uniq)}
-        static = self.cache == "static"
         # each distinct prompt once, the beginning they share once (a system turn, few-shot examples)
         out, attn, pos = prefill_prompts(self.model, [prompt_ids[i] for i in uniq], self.pad_token_id, dev,
                                          logits_to_keep=1)
-        L = attn.shape[1]
-        past = out.past_key_values
         expand = torch.tensor([slot[i] for i, _ in rows], device=dev)
         logits = out.logits[:, -1, :][expand]
-        if len(uniq) < B:  # share each prompt's KV cache among its samples
+        keys = row_keys(seed, [i for i, _ in rows], [j for _, j in rows])  # uniforms(seed, i, j, t), per t
+        scanner = StopScanner(self.tokenizer, params.stop) if params.stop else None
+        if self.fixed is not None:
+            gen, lps, reason, cut = self._decode_fixed(out.past_key_values, expand, attn[expand], pos[expand, -1] + 1,
+                                                       logits, keys, params, scanner)
+        else:
+            gen, lps, reason, cut = self._decode_dynamic(out.past_key_values, expand, len(uniq), attn[expand],
+                                                         pos[expand, -1] + 1, logits, keys, params, scanner)
+        texts = self.tokenizer.batch_decode(
+            [g[:-1] if reason[r] == "stop" and cut[r] is None else g for r, g in enumerate(gen)],
+            skip_special_tokens=False)
+        return [
+            Completion(
+                prompt_index=i, sample_index=j, prompt_token_ids=list(prompt_ids[i]), token_ids=gen[r],
+                text=texts[r] if cut[r] is None else texts[r][: cut[r]], logprobs=lps[r],
+                finish_reason=reason[r],
+            )
+            for r, (i, j) in enumerate(rows)
+        ]
+
+    def _decode_dynamic(self, past, expand, n_uniq, attn, next_pos, logits, keys, params, scanner):
+        """The growing-cache loop: one forward per token, finished rows pruned (``prune_finished``)."""
+        dev = attn.device
+        B, L = attn.shape
+        if n_uniq < B:  # share each prompt's KV cache among its samples
             past.batch_select_indices(expand)
-        if static:
-            past = _static_cache(self.model.config, past, L + params.max_new_tokens)
+        _store_cache_as(past, kv_cache_dtype(self.model, dev.type))
         # the attention mask of the whole decode, allocated once: step t attends to the first L + t + 1
         # columns (a growing cache would otherwise concatenate one column at every step)
-        attn = torch.cat([attn[expand], attn.new_ones((B, max(params.max_new_tokens - 1, 0)))], dim=1)
-        next_pos = pos[expand, -1] + 1
-
-        keys = row_keys(seed, [i for i, _ in rows], [j for _, j in rows])  # uniforms(seed, i, j, t), per t
+        attn = torch.cat([attn, attn.new_ones((B, max(params.max_new_tokens - 1, 0)))], dim=1)
         gen: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
         reason: list[str | None] = [None] * B
@@ -233,45 +236,127 @@ class TransformersEngine(RolloutEngine):
                     lps[r].append(lp_l[k])
                     if is_eos[k]:
                         reason[r] = "stop"
-            if params.stop:
-                self._check_stop(rows_now, gen, reason, cut, params.stop)
+            if scanner is not None:
+                active = [r for r in rows_now if reason[r] is None]
+                for r, (s, end) in scanner.first_stops([gen[r] for r in active], [t] * len(active), t + 1).items():
+                    reason[active[r]], cut[active[r]] = "stop", end
             live = [k for k, r in enumerate(rows_now) if reason[r] is None]
             if not live or t == params.max_new_tokens - 1:
                 break
-            if not static and self.prune_finished and 4 * (len(rows_now) - len(live)) >= len(rows_now):
+            if self.prune_finished and 4 * (len(rows_now) - len(live)) >= len(rows_now):
                 keep = torch.tensor(live, device=dev)
                 past.batch_select_indices(keep)
                 attn, next_pos, tok, cur = attn[keep], next_pos[keep], tok[keep], cur[keep.cpu()]
-            if static:  # fixed shapes: the whole mask (the causal mask hides the unwritten columns)
-                out = self._decode(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                                   past_key_values=past, use_cache=True,
-                                   cache_position=torch.full((1,), L + t, dtype=torch.long, device=dev))
-            else:
-                out = self.model(input_ids=tok[:, None], attention_mask=attn[:, : L + t + 1],
-                                 position_ids=next_pos[:, None], past_key_values=past, use_cache=True)
+            out = self.model(input_ids=tok[:, None], attention_mask=attn[:, : L + t + 1],
+                             position_ids=next_pos[:, None], past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1, :]
             next_pos = next_pos + 1
+        return gen, lps, [r or "length" for r in reason], cut
 
+    def _decode_fixed(self, past, expand, attn, next_pos, logits, keys, params, scanner):
+        """The fixed-shape loop (:mod:`rlcurate.rollout.fixed_shape`): the step runs ``sync_every`` times
+        between two reads of the finished flags (and of the new tokens, when there are stop strings)."""
+        step, B = self.fixed.prepare(past, expand, attn, next_pos, logits, keys, params, self.eos_token_ids)
+        T = params.max_new_tokens
+        stopped: dict[int, tuple[int, int]] = {}  # row -> (step of the stop string, text cut)
+        t = 0
+        while t < T:
+            n = min(self.fixed.sync_every, T - t)
+            for _ in range(n):
+                step.run()
+            t += n
+            if t >= T:
+                break
+            finished = step.finished[:B].cpu()
+            if scanner is not None:
+                tokens, length = step.tokens[:B, :t].tolist(), step.length[:B].tolist()
+                # the stop string is looked for among the tokens before an end-of-sequence token
+                active = [r for r in range(B) if r not in stopped]
+                ends = [length[r] - 1 if finished[r] else t for r in active]
+                for k, hit in scanner.first_stops([tokens[r] for r in active], [t - n] * len(active), ends).items():
+                    stopped[active[k]] = hit
+                finished[list(stopped)] = True
+            if bool(finished.all()):
+                break
+        tokens, logprobs = step.tokens[:B, :t].tolist(), step.logprobs[:B, :t].tolist()
+        length, finished = step.length[:B].tolist(), step.finished[:B].tolist()
+        if scanner is not None:  # the steps since the last look
+            active = [r for r in range(B) if r not in stopped]
+            ends = [length[r] - 1 if finished[r] else t for r in active]
+            for k, hit in scanner.first_stops([tokens[r] for r in active], [t - n] * len(active), ends).items():
+                stopped[active[k]] = hit
+        gen, lps, reason, cut = [], [], [], []
         for r in range(B):
-            reason[r] = reason[r] or "length"
-        texts = self.tokenizer.batch_decode(
-            [g[:-1] if reason[r] == "stop" and cut[r] is None else g for r, g in enumerate(gen)],
-            skip_special_tokens=False)
-        return [
-            Completion(
-                prompt_index=i, sample_index=j, prompt_token_ids=list(prompt_ids[i]), token_ids=gen[r],
-                text=texts[r] if cut[r] is None else texts[r][: cut[r]], logprobs=lps[r],
-                finish_reason=reason[r],
-            )
-            for r, (i, j) in enumerate(rows)
-        ]
+            if r in stopped:
+                m, why, c = stopped[r][0] + 1, "stop", stopped[r][1]
+            elif finished[r]:
+                m, why, c = length[r], "stop", None
+            else:
+                m, why, c = t, "length", None
+            gen.append(tokens[r][:m])
+            lps.append(logprobs[r][:m])
+            reason.append(why)
+            cut.append(c)
+        return gen, lps, reason, cut
 
-    def _check_stop(self, rows_now, gen, reason, cut, stop):
-        active = [r for r in rows_now if reason[r] is None]
-        if not active:
-            return
-        texts = self.tokenizer.batch_decode([gen[r] for r in active], skip_special_tokens=False)
-        for r, text in zip(active, texts):
-            end = find_stop(text, stop)
-            if end >= 0:
-                reason[r], cut[r] = "stop", end
+
+
+def _store_cache_as(cache, dtype) -> None:
+    """Keep a growing cache's keys and values in ``dtype`` (:func:`kv_cache_dtype`): under autocast the
+    layers would otherwise keep fp32 keys (the rotary embedding's output), twice the planner's bytes."""
+    for layer in getattr(cache, "layers", ()):
+        if type(layer) is DynamicLayer and layer.keys is not None and layer.keys.dtype != dtype:
+            layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
+            layer.__class__ = _TypedDynamicLayer
+
+
+def _typed_dynamic_layer():
+    from transformers.cache_utils import DynamicLayer
+
+    class TypedDynamicLayer(DynamicLayer):
+        """A ``DynamicLayer`` that casts what it appends to the dtype it holds."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            return super().update(key_states.to(self.keys.dtype), value_states.to(self.values.dtype), *args, **kwargs)
+
+    return DynamicLayer, TypedDynamicLayer
+
+
+DynamicLayer, _TypedDynamicLayer = _typed_dynamic_layer()
+
+
+class StopScanner:
+    """Finds where stop strings end a completion without decoding its whole text at every step (chapter 4).
+
+    A stop string that first appears among the tokens ``start .. end - 1`` ends within their text, so it
+    lies in the decoded text of those tokens and the ``window`` tokens before them (``window`` = the
+    longest stop string's length plus 8, a token decoding to at least one character but for the pieces
+    of a multi-byte character). Only a row whose window holds a stop string is decoded from its start,
+    token by token, to find the first step ``s`` at which ``find_stop(decode(tokens[:s + 1]))`` holds and
+    the text's cut there, exactly as checking the whole text after every token would.
+    """
+
+    def __init__(self, tokenizer, stop):
+        self.tokenizer, self.stop = tokenizer, list(stop)
+        self.window = max(len(x) for x in self.stop) + 8
+
+    def _decode(self, ids):
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=False)
+
+    def first_stops(self, rows: list[list[int]], starts, ends) -> dict[int, tuple[int, int]]:
+        """``{k: (s, cut)}`` for each row ``k`` of ``rows`` in which a stop string first ends at a step
+        ``s`` in ``[starts[k], ends[k])`` (``ends`` a list or one number)."""
+        if isinstance(ends, int):
+            ends = [ends] * len(rows)
+        todo = [k for k in range(len(rows)) if ends[k] > starts[k]]
+        tails = self._decode([rows[k][max(0, starts[k] - self.window): ends[k]] for k in todo])
+        hits = {}
+        for k, tail in zip(todo, tails):
+            if find_stop(tail, self.stop) < 0:
+                continue
+            for s in range(starts[k], ends[k]):
+                end = find_stop(self._decode([rows[k][: s + 1]])[0], self.stop)
+                if end >= 0:
+                    hits[k] = (s, end)
+                    break
+        return hits

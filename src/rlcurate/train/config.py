@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from rlcurate.errors import UserError
+from rlcurate.rollout.base import DECODE_MODES
 
 
 @dataclass
@@ -68,11 +69,12 @@ class TrainConfig:
     gen_token_budget: int = 16384
     """Tokens (prompt + completion) per generation batch: bounds memory of the rollout engine."""
     decode: str = "dynamic"
-    """How the rollout engine decodes (appendix A1): ``dynamic`` (a KV cache that grows by one column a
-    step), ``static`` (preallocated at its final length: every step has the same shapes) or ``compiled``
-    (static, and the one-token forward under ``torch.compile(mode="reduce-overhead")``: CUDA graphs on a
-    GPU, where eager decoding is launch-bound; each new batch shape compiles once). All three sample the
-    same tokens (tests/test_rollout_static.py)."""
+    """How the rollout engine decodes (appendix A1; :class:`rlcurate.rollout.TransformersEngine`):
+    ``dynamic`` (a KV cache that grows by one column a step), ``static`` (one persistent cache, every step
+    of the same shapes, batches in buckets of rows), ``captured`` (static, each bucket's whole step
+    recorded once as a CUDA graph and replayed: on a GPU, where eager decoding is launch-bound) or
+    ``compiled`` (captured, the step compiled with ``torch.compile`` first). All sample the same tokens
+    (tests/test_rollout_static.py)."""
     train_subset: str = ""
     """A JSON-lines file whose lines name training prompts by ``uid`` (a filtered export of
     ``rlcurate audit --split train``): training draws from those prompts only, the data preparation
@@ -212,7 +214,7 @@ class TrainConfig:
         choices = {"advantage": ("grpo", "drgrpo", "rloo"),
                    "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
                    "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),
-                   "dtype": ("auto", "fp32", "bf16"), "decode": ("dynamic", "static", "compiled")}
+                   "dtype": ("auto", "fp32", "bf16"), "decode": DECODE_MODES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UserError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")

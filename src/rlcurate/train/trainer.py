@@ -155,8 +155,7 @@ class Trainer:
         from rlcurate.rollout import SamplingParams, TransformersEngine
 
         self.engine = TransformersEngine(self.model, tokenizer, token_budget=config.gen_token_budget,
-                                         cache="dynamic" if config.decode == "dynamic" else "static",
-                                         compile_decode=config.decode == "compiled")
+                                         decode=config.decode)
         self.sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                        max_new_tokens=config.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=config.eval_temperature, top_p=1.0,
