@@ -65,6 +65,10 @@ def test_memory_terms_add_up_and_grow_with_the_micro_batch():
     assert small.memory["adam"] == 2 * small.memory["weights"] == 8 * small.params
     config.kl_coef = 0.04  # a reference model: a copy of the fp32 weights
     assert plan_config(config).memory["reference"] == 4 * small.params
+    config.rollout_weights = "bf16"  # a bf16 copy for rollouts: 2 bytes a parameter more
+    assert plan_config(config).memory["rollout_copy"] == 2 * small.params
+    config.dtype = "fp32"  # no autocast: the KV cache in fp32, twice the bytes (KV_DTYPE_BYTES)
+    assert plan_config(config).memory["gen_kv_cache"] == pytest.approx(2 * small.memory["gen_kv_cache"])
 
 
 def test_predicted_activations_match_the_h100_measurements():

@@ -230,3 +230,42 @@ def test_compiled_decode_samples_the_same_tokens(tiny):
     a, _, _ = _tokens(TransformersEngine(model, tok), prompts[:2], 2, params)
     b, _, _ = _tokens(TransformersEngine(model, tok, decode="compiled"), prompts[:2], 2, params)
     assert a == b
+
+
+def test_a_bf16_rollout_copy_follows_the_trained_weights(tiny, tmp_path):
+    """``rollout_dtype=torch.bfloat16`` (the trainer's ``rollout_weights: bf16``): the engine decodes with a
+    bf16 copy of the parameters (buffers such as the rotary frequencies untouched), refreshed from the
+    trained model at every ``generate``: after the trained weights move, it samples what a fresh bf16 copy
+    of the moved weights samples."""
+    import copy
+
+    from rlcurate.rollout.hf import _parameters_copy
+    from rlcurate.train import TrainConfig, Trainer
+
+    model, tok, prompts = tiny
+    trained = copy.deepcopy(model)
+    engine = TransformersEngine(trained, tok, decode="static", rollout_dtype=torch.bfloat16)
+    assert engine.model is not trained and {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in engine.model.buffers()} == {b.dtype for b in trained.buffers()}
+    params = SamplingParams(temperature=1.0, max_new_tokens=16)
+    before, _, _ = _tokens(engine, prompts[:4], 2, params)
+    with torch.no_grad():  # an "optimizer step"
+        gen = torch.Generator().manual_seed(0)
+        for p in trained.parameters():
+            p.add_(0.2 * p.abs().mean() * torch.randn(p.shape, generator=gen))
+    after, _, _ = _tokens(engine, prompts[:4], 2, params)
+    fresh, _, _ = _tokens(TransformersEngine(_parameters_copy(trained, torch.bfloat16), tok, decode="static"),
+                          prompts[:4], 2, params)
+    assert after == fresh and after != before
+
+    cfg = TrainConfig(model=str(SPREAD), steps=1, prompts_per_step=4, group_size=4, max_new_tokens=16,
+                      eval_every=0, checkpoint_every=0, save_model=False, progress=False, threads=1,
+                      out_dir=str(tmp_path), rollout_weights="bf16")
+    trainer = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok)
+    rec = trainer.train_step(0)
+    assert rec["generated_tokens"] > 0
+    trainer.engine.refresh_weights()
+    assert all(torch.equal(d, s.to(torch.bfloat16))
+               for d, s in zip(trainer.engine.model.parameters(), trainer.model.parameters()))
+    with pytest.raises(UserError, match="rollout_weights must be one of train, bf16"):
+        TrainConfig(rollout_weights="fp16")

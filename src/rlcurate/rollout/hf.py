@@ -91,6 +91,12 @@ class TransformersEngine(RolloutEngine):
             between kernels, which can flip a near-tie; tests/test_rollout_static.py).
         sync_every: with fixed shapes, how many steps run between two looks at the finished rows and the
             stop strings (a finished row idles for at most this many steps).
+        rollout_dtype: decode with a copy of ``model``'s parameters in this dtype (``torch.bfloat16``:
+            what the trainer's fp32 weights are cast to under autocast anyway, read at half the bytes),
+            refreshed in place from ``model`` at the start of every ``generate`` call, so it never lags
+            an optimizer step; buffers (the rotary frequencies) stay as they are. Its sampling
+            distribution differs from ``model``'s under autocast by rounding (the residual stream is
+            bf16), which the trainer's importance ratio sees, as it would a separate inference engine's.
     """
 
     def __init__(
@@ -103,6 +109,7 @@ class TransformersEngine(RolloutEngine):
         prune_finished: bool = True,
         decode: str = "dynamic",
         sync_every: int = 8,
+        rollout_dtype: torch.dtype | None = None,
     ):
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise ValueError(f"token_budget must be a positive integer, got {token_budget!r}")
@@ -111,6 +118,9 @@ class TransformersEngine(RolloutEngine):
         if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
             raise ValueError(f"sync_every must be a positive integer, got {sync_every!r}")
         self.decode = decode
+        self.source = model
+        if rollout_dtype is not None and rollout_dtype != next(model.parameters()).dtype:
+            model = _parameters_copy(model, rollout_dtype)
         self.fixed = FixedShapeDecoder(model, decode, sync_every) if decode != "dynamic" else None
         self.model = model
         self.tokenizer = tokenizer
@@ -129,6 +139,15 @@ class TransformersEngine(RolloutEngine):
             pad_token_id = eos[0] if eos else 0
         self.pad_token_id = int(pad_token_id)
         self.vocab_size = model.get_input_embeddings().num_embeddings
+
+    def refresh_weights(self) -> None:
+        """Copy the source model's parameters into the rollout copy (``rollout_dtype``), in place (a CUDA
+        graph recorded on them stays valid); nothing to do without a copy."""
+        if self.model is self.source:
+            return
+        with torch.no_grad():
+            for dst, src in zip(self.model.parameters(), self.source.parameters()):
+                dst.copy_(src)
 
     @classmethod
     def from_pretrained(cls, path: str, dtype=None, device: str | None = None, **kwargs) -> "TransformersEngine":
@@ -165,6 +184,7 @@ class TransformersEngine(RolloutEngine):
         prompt_ids = self.encode(prompts)
         results: list[list[Completion | None]] = [[None] * c for c in counts]
         batches = plan_batches([len(p) for p in prompt_ids], counts, params.max_new_tokens, self.token_budget)
+        self.refresh_weights()
         was_training = self.model.training
         self.model.eval()
         try:
@@ -299,6 +319,17 @@ class TransformersEngine(RolloutEngine):
             cut.append(c)
         return gen, lps, reason, cut
 
+
+
+def _parameters_copy(model, dtype):
+    """A copy of ``model`` whose parameters (not its buffers) are in ``dtype``, gradients off."""
+    import copy
+
+    clone = copy.deepcopy(model)
+    for p in clone.parameters():
+        p.requires_grad_(False)
+        p.data = p.data.to(dtype)
+    return clone.eval()
 
 
 def _store_cache_as(cache, dtype) -> None:

@@ -75,6 +75,10 @@ class TrainConfig:
     recorded once as a CUDA graph and replayed: on a GPU, where eager decoding is launch-bound) or
     ``compiled`` (captured, the step compiled with ``torch.compile`` first). All sample the same tokens
     (tests/test_rollout_static.py)."""
+    rollout_weights: str = "train"
+    """The weights rollouts are sampled with: ``train`` (the trained model itself, under autocast on a GPU)
+    or ``bf16`` (a bf16 copy of its parameters, refreshed before every generation: half the bytes read per
+    decode step; the planner charges its 2 bytes a parameter). Appendix A1."""
     train_subset: str = ""
     """A JSON-lines file whose lines name training prompts by ``uid`` (a filtered export of
     ``rlcurate audit --split train``): training draws from those prompts only, the data preparation
@@ -214,7 +218,8 @@ class TrainConfig:
         choices = {"advantage": ("grpo", "drgrpo", "rloo"),
                    "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
                    "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),
-                   "dtype": ("auto", "fp32", "bf16"), "decode": DECODE_MODES}
+                   "dtype": ("auto", "fp32", "bf16"), "decode": DECODE_MODES,
+                   "rollout_weights": ("train", "bf16")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UserError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")

@@ -155,7 +155,8 @@ class Trainer:
         from rlcurate.rollout import SamplingParams, TransformersEngine
 
         self.engine = TransformersEngine(self.model, tokenizer, token_budget=config.gen_token_budget,
-                                         decode=config.decode)
+                                         decode=config.decode,
+                                         rollout_dtype=torch.bfloat16 if config.rollout_weights == "bf16" else None)
         self.sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                        max_new_tokens=config.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=config.eval_temperature, top_p=1.0,
