@@ -33,6 +33,7 @@ def test_a_finished_run_writes_its_result_and_drops_its_checkpoint(tmp_path):
 
 
 def test_pending_runs_go_seed_by_seed_and_skip_finished_ones(tmp_path):
-    result_path(tmp_path, "a", 0).write_text("{}")
+    result_path(tmp_path, "a", 0).write_text(json.dumps({"suite": "s", "run": "a", "seed": 0, "config": {},
+                                                         "metrics": [{"eval/accuracy": 0.5, "total/rollouts": 8}]}))
     assert pending_runs(["a", "b"], [0, 1], tmp_path) == [("b", 0), ("a", 1), ("b", 1)]
     assert pending_runs(["a", "b"], [0, 1], tmp_path, force=True) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]

@@ -5,6 +5,7 @@ the runs and prints."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Sequence
 
 import numpy as np
@@ -35,11 +36,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts)")
     args = p.parse_args(argv)
+    if not math.isfinite(args.rho) or args.rho < 0:
+        raise UserError(f"--rho must be a finite number >= 0 (training cost of a rollout over generating it), "
+                        f"got {args.rho:g}")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise UserError(f"--budget must be a finite number > 0, got {args.budget:g}")
     suite = load_suite(args.suite)
-    results = load_results(args.runs or f"data/runs/{suite['name']}")
+    results = load_results(args.runs or f"data/runs/{suite['name']}", suite=suite["name"])
     if not results:
         raise UserError(f"no results of suite {suite['name']!r} in {args.runs or 'data/runs/' + suite['name']}")
     budget = args.budget or float(suite["overrides"]["max_rollouts"])
+    reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
+    if args.currency == "rollouts" and budget > reached:
+        raise UserError(f"--budget {budget:g}: no run of suite {suite['name']!r} reaches it (the largest "
+                        f"reaches {reached:g} rollouts)")
     if args.sweep:
         table = sweep_table(results, budget)
         chosen = {arm: choose_lr(scores) for arm, scores in table.items()}
@@ -57,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
     if args.baseline not in values:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
+    unknown = [c for c in args.control or [] if c not in values]
+    if unknown:
+        raise UserError(f"--control: no arm {', '.join(map(repr, unknown))} in the runs; arms: {', '.join(values)}")
     # a suite still running: an arm enters the table only with every seed the baseline has
     base_seeds = set(values[args.baseline])
     pending = {arm: len(set(v) & base_seeds) for arm, v in values.items() if not base_seeds <= set(v)}

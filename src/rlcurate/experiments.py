@@ -29,6 +29,8 @@ config refuses the whole command with one line naming the file and the run.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,8 @@ import yaml
 
 from rlcurate.errors import UserError
 from rlcurate.train.config import TrainConfig, read_yaml
+
+log = logging.getLogger(__name__)
 
 # Per-step keys kept in a reference run (the rest of metrics.jsonl stays in the scratch run folder).
 KEEP_PREFIXES = ("eval/", "total/", "time/", "curation/")
@@ -207,17 +211,70 @@ def replay_prefix(result: dict[str, Any] | str | Path, steps: int, scratch: str 
     return diffs
 
 
-def load_results(out: str | Path) -> list[dict[str, Any]]:
-    """All reference runs in a folder, sorted by run name and seed."""
-    files = sorted(Path(out).glob("*_s*.json"))
-    return sorted((json.loads(f.read_text()) for f in files), key=lambda r: (r["run"], r["seed"]))
+RESULT_KEYS = ("suite", "run", "seed", "config", "metrics")
+
+
+def read_result(path: str | Path) -> dict[str, Any]:
+    """One reference-run JSON, checked where it enters the analysis: readable (a truncated file is named),
+    with its keys, every evaluation's accuracy a number in [0, 1] and every count of rollouts a finite
+    number >= 0. A result that fails raises :class:`UserError` naming the file and the record."""
+    path = Path(path)
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not a readable result ({type(exc).__name__}: {exc}); delete it and let "
+                        "`rlcurate runs` recompute it") from None
+    missing = [k for k in RESULT_KEYS if not isinstance(result, dict) or k not in result]
+    if missing:
+        raise UserError(f"{path}: not a reference-run result, it lacks {', '.join(missing)}")
+    if not isinstance(result["metrics"], list):
+        raise UserError(f"{path}: 'metrics' must be a list of records")
+    for i, record in enumerate(result["metrics"]):
+        for key, low, high in (("eval/accuracy", 0.0, 1.0), ("total/rollouts", 0.0, math.inf)):
+            v = record.get(key) if isinstance(record, dict) else None
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and low <= v <= high):
+                raise UserError(f"{path}: metrics record {i} has {key} = {v!r}; a result needs a finite number in "
+                                f"[{low:g}, {high:g}] (recompute the run with `{result.get('command', 'rlcurate runs')}`)")
+    return result
+
+
+def result_is_readable(path: Path) -> bool:
+    """Whether ``path`` holds a result :func:`read_result` accepts."""
+    try:
+        read_result(path)
+        return True
+    except UserError:
+        return False
+
+
+def load_results(out: str | Path, suite: str | None = None) -> list[dict[str, Any]]:
+    """All reference runs in a folder (each checked by :func:`read_result`), sorted by run name and seed;
+    with ``suite``, a run of another suite is refused, naming its file."""
+    results = []
+    for f in sorted(Path(out).glob("*_s*.json")):
+        r = read_result(f)
+        if suite is not None and r["suite"] != suite:
+            raise UserError(f"{f}: a run of suite {r['suite']!r}, not of {suite!r}: read each suite's runs from "
+                            f"its own folder (data/runs/{suite})")
+        results.append(r)
+    return sorted(results, key=lambda r: (r["run"], r["seed"]))
 
 
 def pending_runs(names: list[str], seeds: list[int], out: Path, force: bool = False) -> list[tuple[str, int]]:
     """The (run, seed) pairs still to make, seed by seed with every run of a seed before the next seed:
     a suite stopped part-way then holds whole paired seeds, not some arms with all seeds and others
     with none."""
-    return [(n, s) for s in seeds for n in names if force or not result_path(out, n, s).exists()]
+    todo = []
+    for s in seeds:
+        for n in names:
+            path = result_path(out, n, s)
+            if path.exists() and not force and not result_is_readable(path):
+                log.warning("%s is not a readable result: it will be recomputed", path)
+            if force or not (path.exists() and result_is_readable(path)):
+                todo.append((n, s))
+    return todo
 
 
 def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, scratch: Path, force: bool) -> None:
@@ -295,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for n in names:
             for s in seeds:
-                print(f"{n:28s} seed {s}: {'done' if result_path(out, n, s).exists() else 'missing'}")
+                path = result_path(out, n, s)
+                status = ("done" if result_is_readable(path) else "unreadable (will be recomputed)") \
+                    if path.exists() else "missing"
+                print(f"{n:28s} seed {s}: {status}")
         return 0
     if args.replay:
         return _replay(names, seeds, out, scratch, args.replay)

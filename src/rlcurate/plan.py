@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu not in GPUS:
         raise UserError(f"--gpu {args.gpu!r}: unknown; known: {', '.join(GPUS)}")
     prompt = tuple(args.prompt_tokens) if args.prompt_tokens else None
+    if prompt and not 1 <= prompt[0] <= prompt[1] <= prompt[2]:
+        raise UserError(f"--prompt-tokens MIN MEAN MAX must be whole numbers with 1 <= MIN <= MEAN <= MAX, "
+                        f"got {' '.join(map(str, prompt))}")
     jobs = [(path, 1, TrainConfig.load(path, args.overrides)) for path in args.config]
     suites = []
     for path in args.suite:
