@@ -33,10 +33,29 @@ def _metrics(out: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The metrics of an uninterrupted run of :func:`_config` (checkpointing does not change them)."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    Trainer(TrainConfig.from_dict(_config(out))).run()
+    return _metrics(out)
+
+
+def _start(cmd, metrics: Path, lines: int):
+    """Start ``cmd`` and return it once ``metrics`` has ``lines`` lines (it must still be running)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the command ended before it could be stopped: {proc.stderr.read()[-2000:]}"
+    return proc
+
+
 @pytest.mark.slow
-def test_sigkill_then_resume_gives_identical_metrics(tmp_path):
-    reference = tmp_path / "reference"
-    Trainer(TrainConfig.from_dict(_config(reference))).run()
+def test_sigkill_then_resume_gives_identical_metrics(tmp_path, reference):
 
     killed = tmp_path / "killed"
     cfg_file = tmp_path / "killed.yaml"
@@ -58,8 +77,74 @@ def test_sigkill_then_resume_gives_identical_metrics(tmp_path):
 
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _metrics(killed) == _metrics(reference)
-    assert len(_metrics(reference)) == 11  # the step-0 evaluation and 10 steps
+    assert _metrics(killed) == reference
+    assert len(reference) == 11  # the step-0 evaluation and 10 steps
+
+
+def _small(out: Path) -> dict:
+    """A run small enough to start several times in a test: 6 steps, an evaluation every 3."""
+    return {**_config(out), "steps": 6, "prompts_per_step": 2, "max_new_tokens": 16, "eval_every": 3,
+            "eval_prompts": 8, "checkpoint_every": 0}
+
+
+@pytest.fixture(scope="module")
+def small_reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("small") / "run"
+    Trainer(TrainConfig.from_dict(_small(out))).run()
+    return _metrics(out)
+
+
+def test_sigterm_saves_a_checkpoint_says_so_and_resumes_identically(tmp_path, small_reference, monkeypatch, capsys):
+    """SIGTERM between two checkpoints (none periodic here), delivered during step 3: the step ends, a
+    checkpoint of it is written, one line says so (exit 143), and the same command finishes the run with
+    the uninterrupted run's metrics (issue #30)."""
+    from rlcurate.cli import main
+
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text(yaml.safe_dump(_small(tmp_path / "run")))
+    step = Trainer.train_step
+
+    def train_step(self, i):
+        if i == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the step
+        return step(self, i)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    assert main(["train", "--config", str(cfg_file)]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("rlcurate train: stopped: SIGTERM at step 3 of 6: a checkpoint")
+    assert "run the same command again to resume" in err and "Traceback" not in err
+    assert json.loads((tmp_path / "run" / "checkpoint" / "trainer.json").read_text())["step"] == 3
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert main(["train", "--config", str(cfg_file)]) == 0
+    assert _metrics(tmp_path / "run") == small_reference
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are given back
+
+
+@pytest.mark.slow
+def test_stopping_runs_stops_its_runs_at_a_checkpoint_and_resumes_them(tmp_path, small_reference):
+    """SIGTERM to `rlcurate runs`: it passes the signal on to its `train` process (its own session, so a
+    Ctrl-C in the terminal reaches `runs` alone), which checkpoints and ends; `runs` starts nothing new,
+    says what stopped (exit 143), and resuming the run gives the uninterrupted metrics."""
+    suite = tmp_path / "suite.yaml"
+    cfg = _small(tmp_path / "unused")
+    cfg.pop("out_dir")
+    suite.write_text(yaml.safe_dump({"name": "stop_test", "base": "configs/tiny_uniform.yaml", "overrides": cfg,
+                                     "seeds": [3, 4], "runs": {"uniform": {}}}))
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    cmd = [sys.executable, "-m", "rlcurate.cli", "runs", "--suite", str(suite), "--out", str(out),
+           "--scratch", str(scratch)]
+    proc = _start(cmd, scratch / "uniform_s3" / "metrics.jsonl", 3)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped: SIGTERM: 1 run(s) stopped at a checkpoint (uniform seed 3), 2 of 2 still to make" in err
+    assert (scratch / "uniform_s3" / "checkpoint").is_dir() and not (scratch / "uniform_s4").exists()
+    # what the same `runs` command does next for this run (in this process, to spare two start-ups)
+    from rlcurate.cli import main
+
+    assert main(["train", "--config", str(scratch / "uniform_s3.yaml")]) == 0
+    assert _metrics(scratch / "uniform_s3") == small_reference
 
 
 def test_resume_refuses_nothing_and_truncates_metrics(tmp_path):

@@ -212,10 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlcurate: error: unknown command {cmd!r}{hint}; commands: {', '.join(COMMANDS)}; "
               "see 'rlcurate --help'", file=sys.stderr)
         return 2
-    from rlcurate.errors import UserError, one_line
+    from rlcurate.errors import Stopped, UserError, one_line
 
     try:
         return COMMANDS[cmd](rest)
+    except Stopped as exc:  # a signal, after the work was saved (rlcurate.errors)
+        _close_progress_bars()
+        print(f"rlcurate {cmd}: stopped: {one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
     except UserError as exc:  # a mistake in the input: one line, no traceback (rlcurate.errors)
         _close_progress_bars()
         print(f"rlcurate {cmd}: error: {one_line(exc)}", file=sys.stderr)

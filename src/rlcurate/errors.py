@@ -11,11 +11,21 @@ with a message that names the input and says what is wrong with it.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "one_line"]
+__all__ = ["Stopped", "UserError", "one_line"]
 
 
 class UserError(ValueError):
     """Bad input the user can fix; the message names the input and what is wrong with it."""
+
+
+class Stopped(Exception):
+    """A command stopped on a signal (SIGTERM, SIGINT) after saving its work; the message says where and
+    how to go on. The command line prints ``rlcurate <command>: stopped: <message>`` and exits with
+    ``exit_code`` (128 + the signal's number, as a shell reports a process killed by it)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = int(exit_code)
 
 
 def one_line(message: object) -> str:

@@ -34,6 +34,7 @@ import math
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +42,8 @@ from typing import Any
 
 import yaml
 
-from rlcurate.errors import UserError
+from rlcurate.errors import Stopped, UserError
+from rlcurate.stopping import STOP_SIGNALS, StopRequest, catch_stop_signals
 from rlcurate.train.config import TrainConfig, read_yaml
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,22 @@ def _compact(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k in KEEP_KEYS or k.startswith(KEEP_PREFIXES)}
 
 
+class RunStopped(Exception):
+    """A run's process stopped on a signal after saving a checkpoint (``rlcurate train``)."""
+
+
+# the `rlcurate train` processes of a `runs` command, and the stop signal it got (passed on to each)
+_CHILDREN: set = set()
+_CHILDREN_LOCK = threading.Lock()
+_STOP = StopRequest()
+
+
+def _pass_on(signum: int) -> None:
+    with _CHILDREN_LOCK:
+        for child in _CHILDREN:
+            child.send_signal(signum)
+
+
 def run_one(suite: dict[str, Any], name: str, seed: int, out: Path, scratch: Path) -> dict[str, Any]:
     """Train one (run, seed) in a subprocess, write its reference-run JSON, then delete the run's resume
     checkpoint (its metrics and summary stay in the scratch folder)."""
@@ -159,10 +177,22 @@ def run_one(suite: dict[str, Any], name: str, seed: int, out: Path, scratch: Pat
     cfg_file.write_text(yaml.safe_dump(config.to_dict()))
     cmd = [sys.executable, "-m", "rlcurate.cli", "train", "--config", str(cfg_file)]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # its own session: a Ctrl-C in the terminal reaches `runs` alone, which passes it on once (main)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(proc)
+    try:
+        if _STOP.requested:  # the signal came while this child was starting
+            proc.send_signal(_STOP.signum)
+        stdout, stderr = proc.communicate()
+    finally:
+        with _CHILDREN_LOCK:
+            _CHILDREN.discard(proc)
     wall = time.perf_counter() - start
+    if proc.returncode in [128 + s for s in STOP_SIGNALS]:
+        raise RunStopped(f"run {name} seed {seed} stopped at a checkpoint (exit {proc.returncode})")
     if proc.returncode != 0:
-        raise RuntimeError(f"run {name} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"run {name} seed {seed} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
     run_dir = Path(config.out_dir)
     metrics = [_compact(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     env = json.loads((run_dir / "environment.json").read_text()) if (run_dir / "environment.json").exists() else {}
@@ -366,21 +396,31 @@ def main(argv: list[str] | None = None) -> int:
         for n, s in todo:
             shutil.rmtree(scratch / f"{n}_s{s}", ignore_errors=True)
     print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time)", flush=True)
-    failures = []
+    failures, stopped = [], []
 
     def work(item):
         n, s = item
+        if _STOP.requested:  # asked to stop: start nothing new
+            return
         t0 = time.perf_counter()
         try:
             r = run_one(suite, n, s, out, scratch)
             final = (r["summary"].get("final_eval") or {}).get("eval/accuracy")
             print(f"done {n} seed {s} in {time.perf_counter() - t0:.0f} s, final accuracy {final}", flush=True)
+        except RunStopped:
+            stopped.append((n, s))
         except Exception as exc:  # keep going: one failed run must not lose the others
             failures.append((n, s, str(exc)))
             print(f"FAILED {n} seed {s}: {exc}", flush=True)
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        list(pool.map(work, todo))
+    _STOP.signum = None
+    with catch_stop_signals(_pass_on, request=_STOP):
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            list(pool.map(work, todo))
+    if _STOP.requested:
+        left = len(pending_runs(names, seeds, out))
+        raise Stopped(f"{_STOP.name}: {len(stopped)} run(s) stopped at a checkpoint ({', '.join(f'{n} seed {s}' for n, s in stopped) or 'none'}), "
+                      f"{left} of {len(todo)} still to make; run the same command again to resume them", 128 + _STOP.signum)
     if failures:
         print(f"{len(failures)} run(s) failed: {[(n, s) for n, s, _ in failures]}", file=sys.stderr)
         return 1

@@ -48,8 +48,9 @@ import torch
 
 from rlcurate.curation.base import Curator, StepContext
 from rlcurate.curation.step import run_step
-from rlcurate.errors import UserError
+from rlcurate.errors import Stopped, UserError
 from rlcurate.seeding import EVAL_SEED_OFFSET
+from rlcurate.stopping import catch_stop_signals
 from rlcurate.stats.gate import outcome_shares
 from rlcurate.tasks.base import split_long_prompts
 from rlcurate.train.config import TrainConfig
@@ -367,6 +368,27 @@ class Trainer:
             if c.eval_every or c.eval_every_rollouts:
                 self.metrics.write({"step": 0, **self.evaluate(), **({"eval/grid": 0} if c.eval_every_rollouts else {})})
         bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress, desc="train", unit="step")
+        with catch_stop_signals() as stop:
+            self._loop(bar, stop)
+        bar.close()
+        self.save_checkpoint()
+        if c.save_model:
+            self.model.save_pretrained(self.out / "final")
+            self.tokenizer.save_pretrained(self.out / "final")
+        evals = [r for r in self.metrics.read() if "eval/accuracy" in r]
+        summary = {"steps": self.step, "first_eval": evals[0] if evals else None,
+                   "final_eval": evals[-1] if evals else None, "totals": self.totals}
+        if self.config_changes:
+            summary["config_changes"] = self.config_changes
+        if any(self.prompts_too_long.values()):
+            summary["prompts_too_long"] = {**self.prompts_too_long, "max_prompt_tokens": c.max_prompt_tokens}
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return summary
+
+    def _loop(self, bar, stop) -> None:
+        """The training steps of :meth:`run`; after each step, a stop signal (``stop``) saves a checkpoint
+        of that step and raises :class:`~rlcurate.errors.Stopped` (the same command resumes it)."""
+        c = self.config
         while self.step < c.steps and not self._budget_spent():
             t0 = time.perf_counter()
             before = self.totals["rollouts"]
@@ -383,22 +405,14 @@ class Trainer:
             self.metrics.write(record)
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward_mean']:.2f}", eff=f"{record['effective_prompt_ratio']:.2f}")
-            if c.checkpoint_every and self.step % c.checkpoint_every == 0 and not last:
+            if last:
+                break
+            if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or stop.requested:
                 self.save_checkpoint()
-        bar.close()
-        self.save_checkpoint()
-        if c.save_model:
-            self.model.save_pretrained(self.out / "final")
-            self.tokenizer.save_pretrained(self.out / "final")
-        evals = [r for r in self.metrics.read() if "eval/accuracy" in r]
-        summary = {"steps": self.step, "first_eval": evals[0] if evals else None,
-                   "final_eval": evals[-1] if evals else None, "totals": self.totals}
-        if self.config_changes:
-            summary["config_changes"] = self.config_changes
-        if any(self.prompts_too_long.values()):
-            summary["prompts_too_long"] = {**self.prompts_too_long, "max_prompt_tokens": c.max_prompt_tokens}
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        return summary
+            if stop.requested:
+                bar.close()
+                raise Stopped(f"{stop.name} at step {self.step} of {c.steps}: a checkpoint of this step is saved in "
+                              f"{self.out / 'checkpoint'}; run the same command again to resume", 128 + stop.signum)
 
     def _grid_crossed(self, before: int, after: int) -> int | None:
         """The largest multiple of ``eval_every_rollouts`` in (before, after], if any (chapter 10)."""

@@ -1,0 +1,64 @@
+"""Stopping on SIGTERM or SIGINT without losing work (issue #30).
+
+A long command (``rlcurate train``, ``rlcurate runs``) asked to stop should finish what it is doing, save
+it and say where it is, not die between two checkpoints. :func:`catch_stop_signals` turns the first
+SIGTERM or SIGINT inside its block into a request the command polls at a safe point (the end of a training
+step); a second signal acts at once, with the default action, for a user who cannot wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Callable, Iterator
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+    """The first stop signal received inside :func:`catch_stop_signals` (``None`` while there is none)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else ""
+
+
+@contextlib.contextmanager
+def catch_stop_signals(on_signal: Callable[[int], None] | None = None,
+                       request: StopRequest | None = None) -> Iterator[StopRequest]:
+    """Within the block, the first SIGTERM or SIGINT sets ``request.signum`` (and calls ``on_signal``)
+    instead of ending the process; the second restores the handler found before and delivers itself
+    again. The handlers are restored on leaving. Outside the main thread (where Python cannot install
+    handlers) the request is never set. ``request``: the object to record the signal in (default: a new
+    one), for code outside the block that must see it."""
+    request = request if request is not None else StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def handler(signum, frame):
+        if request.requested:  # asked twice: stop now
+            signal.signal(signum, previous[signum] if previous[signum] is not None else signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        request.signum = signum
+        if on_signal is not None:
+            on_signal(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield request
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
