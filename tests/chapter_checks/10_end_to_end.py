@@ -32,6 +32,14 @@ def check(records):
     if "aa_family_holm" in records:
         holm = records["aa_family_holm"]
         assert len(holm) == 8 and all(0 <= p <= 1 for p in holm.values())
+    # every pairwise comparison of uniform's three prompt orders (two pools, two measures), Holm across the twelve;
+    # the orders are rebuilt from the trainer's selector and overlap as independent orders do
+    if "order_pairs" in records:
+        pairs = records["order_pairs"]
+        assert len(pairs) == 12 and all(0 <= r["p_t"] <= r["p_holm"] <= 1 for r in pairs.values()), pairs
+        mech = records["order_mechanism"]
+        assert abs(mech["overlap"] - mech["overlap_independent"]) < 1 and mech["max_abs_rank_corr"] < 0.15
+        assert all(0 < p <= 1 for p in mech["p_family_permutation"].values())
     # the selector's loop with hints that do not help (simulated): a hinted group skipped by the beliefs
     # narrows the prompts chosen; counting its failures gives INSIGHT's spread back
     trap = records["hint_trap_sim"]
