@@ -86,3 +86,19 @@ def test_plan_refuses_prompt_lengths_that_are_not_lengths(capsys):
     for lengths in (["-5", "-5", "-5"], ["100", "50", "200"]):
         _one_line_error(capsys, ["plan", "--config", str(config), "--prompt-tokens", *lengths],
                         "--prompt-tokens MIN MEAN MAX must be whole numbers with 1 <= MIN <= MEAN <= MAX")
+
+
+def test_compare_plot_draws_the_forest_and_the_curves(runs, tmp_path, capsys):
+    """``compare --plot FILE`` (issue #33): the paired table's forest and each arm's mean curve, written
+    after the table; a file it cannot write is refused before any run is read."""
+    out = tmp_path / "protocol.png"
+    assert main(["compare", "--suite", str(SUITE), "--runs", str(runs), "--plot", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    from PIL import Image
+
+    with Image.open(out) as image:
+        assert image.size[0] > 1000 and len(image.convert("RGB").getcolors(1 << 24)) > 50  # a drawing, not a blank
+    _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(runs), "--plot", str(tmp_path / "x.txt")],
+                    "--plot", "give a file ending in .png, .pdf, .svg")
+    _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(tmp_path / "none"), "--plot",
+                             str(tmp_path / "missing" / "p.png")], "folder", "does not exist")

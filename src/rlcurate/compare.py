@@ -35,7 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES))
     p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts)")
+    p.add_argument("--plot", metavar="FILE", help="also draw the forest of the table and each arm's mean curve with "
+                                                  "its band into FILE (.png, .pdf or .svg)")
     args = p.parse_args(argv)
+    if args.plot:
+        _check_plot_path(args.plot)
     if not math.isfinite(args.rho) or args.rho < 0:
         raise UserError(f"--rho must be a finite number >= 0 (training cost of a rollout over generating it), "
                         f"got {args.rho:g}")
@@ -92,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
             print(f"{arm:<20}{r.n:>6}{r.ratio:>8.2f}{f'[{r.low:.2f}, {r.high:.2f}]':>18}{r.p_t:>8.3f}{holm}"
                   f"{r.saving_bound:>14.0%}{r.censored:>10d}")
+        _plot(args, {a: r for a, r in ratios.items() if a != args.baseline}, results, controls, suite, ratio=True)
         return 0
     table = compare_arms(values, args.baseline, args.control)
     print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
@@ -103,4 +108,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
         print(f"{arm:<20}{r.n:>6}{np.mean(list(values[arm].values())):>8.3f}{r.mean:>+9.3f}"
               f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>20}{r.p_t:>8.3f}{r.p_sign_flip:>10.3f}{holm}")
+    _plot(args, table, results, controls, suite)
     return 0
+
+
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def _check_plot_path(path: str) -> None:
+    """Refuse a --plot file that cannot be written before any work: its format and its folder."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.suffix.lower() not in PLOT_FORMATS:
+        raise UserError(f"--plot {path}: give a file ending in {', '.join(PLOT_FORMATS)}")
+    if not p.parent.is_dir():
+        raise UserError(f"--plot {path}: folder {p.parent} does not exist")
+
+
+def _plot(args, table, results, controls, suite, ratio: bool = False) -> None:
+    if not args.plot:
+        return
+    from rlcurate.book.paired import plot_comparison
+
+    kept = [r for r in results if r["run"] in set(table) | {args.baseline}]
+    plot_comparison(table, kept, args.baseline, controls, suite["name"], args.plot, ratio=ratio)
+    print(f"wrote {args.plot}")

@@ -1,5 +1,6 @@
 """How the book prints and draws a suite's comparison (chapter 10, appendix A3): one line per arm of a
-:func:`rlcurate.comparison.compare_arms` table, a forest plot of its intervals, and per-run metric means."""
+:func:`rlcurate.comparison.compare_arms` table, a forest plot of its intervals, per-run metric means, and
+the two pictures ``rlcurate compare --plot`` writes (:func:`plot_comparison`)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,64 @@ def mean_metric(runs, key: str, after_rollouts: float = 0) -> float:
 
     vals = [np.mean(steps(r)) for r in runs if steps(r)]
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def forest_ratios(ax, table: Mapping, title: str, color_of: Callable[[str], str]) -> None:
+    """:func:`forest` for a :func:`rlcurate.comparison.ratio_table` (chapter 11): each arm's paired ratio to
+    the baseline on a log axis, the line at 1; filled as in :func:`forest`."""
+    names = list(table)
+    for i, arm in enumerate(names):
+        r, y = table[arm], len(names) - 1 - i
+        strong = not r.covers_one if aa_controls([arm]) else r.p_holm < 0.05
+        ax.plot([r.low, r.high], [y, y], color=color_of(arm), lw=2.5, alpha=0.9 if strong else 0.4)
+        ax.plot(r.ratio, y, "o", color=color_of(arm), mfc=color_of(arm) if strong else "white")
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", lw=0.8, ls=":")
+    ax.set_yticks(range(len(names)), names[::-1], fontsize=8)
+    ax.set_title(title, fontsize=10)
+
+
+def plot_comparison(table: Mapping, results, baseline: str, controls, title: str, path, ratio: bool = False,
+                    key: str = "eval/accuracy"):
+    """The two pictures a reader looks at first (``rlcurate compare --plot``): left, the forest of each arm
+    against ``baseline`` (paired differences, or ratios with ``ratio``), the A/A ``controls`` in grey;
+    right, each arm's mean curve of ``key`` on the suite's rollout grid with a 95 % t band over its seeds
+    (the baseline and the controls drawn first, thin). Writes ``path`` (any format matplotlib knows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
+    from rlcurate.book.style import COLORS, use_style
+    from rlcurate.comparison import grid_curve
+
+    use_style()
+    palette = [COLORS[c] for c in ("blue", "orange", "green", "red", "purple", "teal", "gold")]
+    palette += [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20b").colors[::2]]  # more than 7 arms
+    arms = [baseline] + [a for a in table if a != baseline]
+    colour = {a: COLORS["grey"] if a in controls else ("black" if a == baseline else palette[i % len(palette)])
+              for i, a in enumerate(arms)}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.32 * len(table) + 3.2))
+    (forest_ratios if ratio else forest)(left, table, f"{title}: against {baseline}", colour.get)
+    left.set_xlabel(f"ratio to {baseline} (rollouts to the target)" if ratio else f"paired difference to {baseline}")
+    for arm in arms:
+        curves = [grid_curve(r, key) for r in results if r["run"] == arm]
+        if not curves:
+            continue
+        n = min(len(c.grid) for c in curves)
+        grid, vals = curves[0].grid[:n], np.array([c.value[:n] for c in curves])
+        mean = vals.mean(axis=0)
+        half = (stats.t.ppf(0.975, len(curves) - 1) * vals.std(axis=0, ddof=1) / np.sqrt(len(curves))
+                if len(curves) > 1 else np.zeros(n))
+        thin = arm == baseline or arm in controls
+        right.plot(grid, mean, color=colour[arm], lw=1.2 if thin else 1.8, label=arm, zorder=3 if thin else 2)
+        right.fill_between(grid, mean - half, mean + half, color=colour[arm], alpha=0.12, lw=0)
+    right.set_xlabel("generated rollouts (the suite's grid)")
+    right.set_ylabel(key)
+    right.set_title(f"{title}: mean curves, 95 % bands over seeds", fontsize=10)
+    right.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
