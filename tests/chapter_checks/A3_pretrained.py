@@ -1,5 +1,19 @@
 """Checks on the values recorded by book/A3_pretrained.ipynb (run in the smoke profile)."""
 
+from rlcurate.comparison import detectable_difference, holm
+
+
+def check_family(table, family, repeats):
+    """Holm's family holds each distinct arm once: the adjusted p values are Holm's over the family's own t-test
+    p values, and an exact repeat (left out of the family) has its twin's row."""
+    assert not set(family) & set(repeats) and all(t in family for t in repeats.values()), (family, repeats)
+    assert not any(a.endswith("_aa") for a in family)
+    adjusted = holm({a: table[a]["p_t"] for a in family})
+    assert all(abs(table[a]["p_holm"] - adjusted[a]) < 1e-12 for a in family), (adjusted, table)
+    assert all(table[a] == table[t] for a, t in repeats.items())
+    # a control is tested alone: its adjusted p is its own
+    assert all(r["p_holm"] == r["p_t"] for a, r in table.items() if a.endswith("_aa"))
+
 
 def check(records):
     audit = records["audit"]
@@ -27,6 +41,7 @@ def check(records):
         assert set(sweep["chosen"].values()) <= {3e-6, 1e-5, 3e-5}
         assert 0 < sweep["planned_detectable"] < 1
     table = comp["table"]
+    regime = records["regime"]
     if table is not None:
         assert set(table) == {"final", "area"}
         for measure, rows in table.items():
@@ -34,8 +49,41 @@ def check(records):
             assert all(r["seeds"] == 8 and r["low"] <= r["mean"] <= r["high"] for r in rows.values()), measure
             # the A/A control covers zero, or the protocol is broken
             assert rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
-        assert 0 < comp["detectable"] < 1
-        regime = records["regime"]
+            check_family(rows, comp["family"], comp["repeats"])
+        # the combined recipe never rolled a hint at 0.66 visits: it repeats INSIGHT and is counted once
+        if records["regime"].get("combined_equals_insight", {}).get("same") == 8:
+            assert comp["repeats"] == {"combined": "insight"}, comp["repeats"]
+            assert sorted(comp["family"]) == ["ada_seq_n4", "dapo", "insight"]
+        # what eight seeds can see, per distinct arm and the A/A control, from the arm's own paired sd
+        det = records["detectable"]
+        assert det["seeds"] == 8 and det["family"] == len(comp["family"])
+        for measure in ("final", "area"):
+            rows = det[measure]
+            assert set(rows) == set(comp["family"]) | {"uniform_aa"}, measure
+            for arm, r in rows.items():
+                assert r["sd"] > 0 and 0 < r["at_5"] <= r["at_holm"] < 1, (measure, arm)
+                assert abs(r["at_5"] - detectable_difference(r["sd"], 8)) < 1e-12
+                assert abs(r["at_holm"] - detectable_difference(r["sd"], 8, arms=det["family"])) < 1e-12
+            # the line rises with the spread: a noisier arm needs a larger true difference
+            order = sorted(rows.values(), key=lambda r: r["sd"])
+            assert all(a["at_5"] <= b["at_5"] for a, b in zip(order, order[1:])), measure
+        # equal optimizer steps: every arm of the family read at its own fewest steps against uniform at as many
+        steps = dict(records["equal_steps"])
+        conservative = steps.pop("conservative")
+        assert set(steps) == set(table["final"]) - {"uniform_aa"}
+        check_family({a: {"p_t": r["p_t"], "p_holm": r["p_holm"]} for a, r in steps.items()}, comp["family"],
+                     comp["repeats"])
+        for arm, r in steps.items():
+            assert r["seeds"] == 8 and r["low"] <= r["diff"] <= r["high"], arm
+            assert 0 < r["steps"] <= regime["uniform"]["steps"], arm
+        for arm in ("dapo", "ada_seq_n4"):
+            # the samplers take fewer steps than uniform, so equal steps is a different reading from the budget's
+            assert steps[arm]["steps"] <= regime[arm]["steps"] < regime["uniform"]["steps"], arm
+        for arm, r in steps.items():
+            if steps[arm]["steps"] == regime["uniform"]["steps"]:  # at uniform's steps it is the budget's comparison
+                assert abs(r["diff"] - table["final"][arm]["mean"]) < 1e-9, arm
+        for arm, r in conservative.items():  # uniform read at its next evaluation, after more steps than the arm
+            assert r["uniform_steps"] > r["steps"] == steps[arm]["steps"] and r["low"] <= r["diff"] <= r["high"]
         # the samplers spend more rollouts per step than uniform's 64, so take fewer steps in the budget
         assert regime["uniform"]["rollouts_per_step"] == 64
         assert all(regime[a]["steps"] < regime["uniform"]["steps"] for a in ("dapo", "ada_seq_n4"))
@@ -50,8 +98,11 @@ def check(records):
             assert set(rows) == {"uniform_aa", "insight", "combined", "combined_failures"} - set(revisit["pending"]), measure
             assert all(r["seeds"] == 8 and r["low"] <= r["mean"] <= r["high"] for r in rows.values()), measure
             assert rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
+            check_family(rows, revisit["family"], revisit["repeats"])
         assert 0 <= revisit["hinted"] <= 1 and 0 <= revisit["same_as_insight"] <= 8
-        assert 0 < revisit["detectable"] < 1
+        for measure, rows in revisit["detectable"].items():
+            assert set(rows) == set(revisit["family"]) | {"uniform_aa"}, measure
+            assert all(r["sd"] > 0 and 0 < r["at_5"] <= r["at_holm"] < 1 for r in rows.values()), measure
     # the hint measured on the untrained model: pass rates in [0, 1] on the prompts that have one
     hint = records["hint_effect"]
     assert 0 < hint["prompts"] < 66 and 0 <= hint["plain"] <= 1 and 0 <= hint["hinted"] <= 1
