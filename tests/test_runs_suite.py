@@ -37,3 +37,29 @@ def test_pending_runs_go_seed_by_seed_and_skip_finished_ones(tmp_path):
                                                          "metrics": [{"eval/accuracy": 0.5, "total/rollouts": 8}]}))
     assert pending_runs(["a", "b"], [0, 1], tmp_path) == [("b", 0), ("a", 1), ("b", 1)]
     assert pending_runs(["a", "b"], [0, 1], tmp_path, force=True) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+
+def test_suite_progress_says_what_changed_with_counts_and_an_eta(tmp_path):
+    """`rlcurate runs`' progress (issue #33): a line when a run starts, ends or fails, a line for a running
+    run only when its step or held-out accuracy changed, the suite's counts and an ETA from the finished
+    runs' mean wall time on every line, and the same lines in the log file."""
+    from rlcurate.runs_progress import SuiteProgress
+
+    lines, log = [], tmp_path / "progress.log"
+    p = SuiteProgress(total=4, jobs=2, log=log, write=lines.append)
+    run_dir = tmp_path / "a_s0"
+    run_dir.mkdir()
+    p.started("a", 0, run_dir)
+    p.started("b", 0, tmp_path / "b_s0")  # not written yet: no line from poll
+    assert lines[-1] == "[done 0/4, running 2, failed 0, left 2] started b seed 0"
+    (run_dir / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.25}\n{"step": 1}\n{"step": 2, "loss"')
+    p.poll()
+    assert lines[-1].endswith("a seed 0 at step 1, held-out accuracy 0.250")
+    n = len(lines)
+    p.poll()  # nothing changed: nothing said
+    assert len(lines) == n
+    p.finished("a", 0, 100.0, 0.5)
+    assert lines[-1] == "[done 1/4, running 1, failed 0, left 2, ETA 2m05s] done a seed 0 in 100 s, final accuracy 0.5"
+    p.failed_run("b", 0, "exit 1")
+    assert lines[-1].startswith("[done 1/4, running 0, failed 1, left 2, ETA 1m40s] FAILED b seed 0")
+    assert log.read_text().splitlines() == lines

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from rlcurate.errors import Stopped, UserError
+from rlcurate.runs_progress import SuiteProgress
 from rlcurate.stopping import STOP_SIGNALS, StopRequest, catch_stop_signals
 from rlcurate.train.config import TrainConfig, read_yaml
 
@@ -395,26 +396,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.force:
         for n, s in todo:
             shutil.rmtree(scratch / f"{n}_s{s}", ignore_errors=True)
-    print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time)", flush=True)
+    log = scratch / "progress.log"
+    print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time); progress also in {log}", flush=True)
     failures, stopped = [], []
+    progress = SuiteProgress(len(todo), args.jobs, log, write=lambda line: print(line, flush=True))
 
     def work(item):
         n, s = item
         if _STOP.requested:  # asked to stop: start nothing new
             return
         t0 = time.perf_counter()
+        progress.started(n, s, scratch / f"{n}_s{s}")
         try:
             r = run_one(suite, n, s, out, scratch)
             final = (r["summary"].get("final_eval") or {}).get("eval/accuracy")
-            print(f"done {n} seed {s} in {time.perf_counter() - t0:.0f} s, final accuracy {final}", flush=True)
+            progress.finished(n, s, time.perf_counter() - t0, final)
         except RunStopped:
             stopped.append((n, s))
+            progress.stopped(n, s)
         except Exception as exc:  # keep going: one failed run must not lose the others
             failures.append((n, s, str(exc)))
-            print(f"FAILED {n} seed {s}: {exc}", flush=True)
+            progress.failed_run(n, s, str(exc))
 
     _STOP.signum = None
-    with catch_stop_signals(_pass_on, request=_STOP):
+    with catch_stop_signals(_pass_on, request=_STOP), progress:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             list(pool.map(work, todo))
     if _STOP.requested:
