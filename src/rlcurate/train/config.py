@@ -75,6 +75,10 @@ class TrainConfig:
     recorded once as a CUDA graph and replayed: on a GPU, where eager decoding is launch-bound) or
     ``compiled`` (captured, the step compiled with ``torch.compile`` first). All sample the same tokens
     (tests/test_rollout_static.py)."""
+    report_to: Any = "none"
+    """Where the metrics also stream (appendix A1): ``none``, ``tensorboard`` (``out_dir/tensorboard``),
+    ``wandb`` (offline unless ``WANDB_MODE`` says otherwise; ``out_dir/wandb``), or a list of both; through the
+    libraries themselves (``pip install 'rlcurate[watch]'``). A resumed run continues the same curves."""
     rollout_weights: str = "train"
     """The weights rollouts are sampled with: ``train`` (the trained model itself, under autocast on a GPU)
     or ``bf16`` (a bf16 copy of its parameters, refreshed before every generation: half the bytes read per
@@ -215,6 +219,9 @@ class TrainConfig:
                 raise UserError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not (self.clip_ratio_c == 0 or self.clip_ratio_c > 1):
             raise UserError(f"clip_ratio_c must be 0 (off) or > 1, got {self.clip_ratio_c!r}")
+        from rlcurate.train.report import parse_report_to
+
+        parse_report_to(self.report_to)
         choices = {"advantage": ("grpo", "drgrpo", "rloo"),
                    "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
                    "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),

@@ -29,7 +29,8 @@ from rlcurate.train.config import TrainConfig
 
 # Keys a resumed run may change: how far to train (recorded), and what does not change the computation.
 EXTENSIONS = frozenset({"steps", "max_rollouts"})
-RESUMABLE_CHANGES = EXTENSIONS | {"out_dir", "resume", "progress", "threads", "save_model", "checkpoint_every", "decode"}
+RESUMABLE_CHANGES = EXTENSIONS | {"out_dir", "resume", "progress", "threads", "save_model", "checkpoint_every", "decode",
+                                  "report_to"}
 
 
 def checkpoint_dir(out_dir: str | Path) -> Path | None:

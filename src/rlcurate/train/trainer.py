@@ -71,6 +71,7 @@ class MetricsLog:
 
     def __init__(self, path: Path):
         self.path = path
+        self.sinks: list = []  # TensorBoard, W&B (rlcurate.train.report): every record written goes to each
         self.lines = 0
         if path.exists():
             self.lines = sum(1 for _ in path.open())
@@ -84,6 +85,13 @@ class MetricsLog:
         with self.path.open("a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
         self.lines += 1
+        for sink in self.sinks:
+            sink.log(record)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []
 
     def sync(self) -> None:
         """Force the lines written so far to disk (called before a checkpoint records their number)."""
@@ -360,6 +368,22 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
         """Train until ``config.steps``; returns the final evaluation and totals."""
+        from rlcurate.train.report import open_sinks, parse_report_to
+
+        c = self.config
+        sinks = parse_report_to(c.report_to)
+        if sinks:
+            from rlcurate.provenance import provenance
+
+            kept = self.metrics.read()
+            self.metrics.sinks = open_sinks(sinks, self.out, kept[-1] if kept else None,
+                                            {**c.to_dict(), "provenance": provenance(device=self.device)})
+        try:
+            return self._run()
+        finally:
+            self.metrics.close()
+
+    def _run(self) -> dict[str, Any]:
         from tqdm import tqdm
 
         c = self.config
