@@ -34,6 +34,11 @@ COVERED_BY_OTHERS = {"smollm2_protocol/uniform_aa_s0", "smollm2_protocol/insight
 # differs, which the first steps do not reach): protocol's fixtures replay them
 COVERED_BY_OTHERS |= {f"curation_pays/{arm}_s0" for arm in ("uniform", "uniform_aa", "insight", "ada_est_hybrid", "dapo",
                                                             "uniform_g16")}
+# the group-size suite repeats the main suite's uniform run; the hard pool's other arms take code paths the main
+# suite's fixtures replay (its own fixtures: uniform, for the pool's levels, and GRESO, whose skips depend on it)
+COVERED_BY_OTHERS |= {"curation_pays_group/uniform_s0"}
+COVERED_BY_OTHERS |= {f"curation_pays_hard/{arm}_s0" for arm in ("uniform_aa", "oracle_select", "oracle_alloc", "insight",
+                                                                 "dapo")}
 
 
 def replay_steps(fixture: dict) -> int:

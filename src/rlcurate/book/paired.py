@@ -21,16 +21,21 @@ def paired_row(arm: str, r, values: Mapping[str, Mapping[int, float]], width: in
             f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>19}{r.p_t:>8.3f}{r.p_sign_flip:>9.3f}{r.p_holm:>9.3f}")
 
 
-def forest(ax, table: Mapping, title: str, color_of: Callable[[str], str]) -> None:
-    """Each arm's paired difference and interval, top to bottom in the table's order. Filled: Holm's
-    adjusted p < 0.05; for an A/A control (:func:`rlcurate.comparison.aa_controls`): its interval excludes zero."""
+def forest(ax, table: Mapping, title: str, color_of: Callable[[str], str], ratio: bool = False) -> None:
+    """Each arm's paired difference and interval, top to bottom in the table's order (with ``ratio``: a
+    :func:`rlcurate.comparison.ratio_table`'s ratios on a log axis, chapter 11). Filled: Holm's adjusted
+    p < 0.05; for an A/A control (:func:`rlcurate.comparison.aa_controls`): its interval excludes no effect."""
     names = list(table)
     for i, arm in enumerate(names):
         r, y = table[arm], len(names) - 1 - i
-        strong = not r.covers_zero if aa_controls([arm]) else r.p_holm < 0.05
+        no_effect = r.covers_one if ratio else r.covers_zero
+        strong = not no_effect if aa_controls([arm]) else r.p_holm < 0.05
+        point = r.ratio if ratio else r.mean
         ax.plot([r.low, r.high], [y, y], color=color_of(arm), lw=2.5, alpha=0.9 if strong else 0.4)
-        ax.plot(r.mean, y, "o", color=color_of(arm), mfc=color_of(arm) if strong else "white")
-    ax.axvline(0.0, color="black", lw=0.8, ls=":")
+        ax.plot(point, y, "o", color=color_of(arm), mfc=color_of(arm) if strong else "white")
+    if ratio:
+        ax.set_xscale("log")
+    ax.axvline(1.0 if ratio else 0.0, color="black", lw=0.8, ls=":")
     ax.set_yticks(range(len(names)), names[::-1], fontsize=8)
     ax.set_title(title, fontsize=10)
 
@@ -44,21 +49,6 @@ def mean_metric(runs, key: str, after_rollouts: float = 0) -> float:
 
     vals = [np.mean(steps(r)) for r in runs if steps(r)]
     return float(np.mean(vals)) if vals else float("nan")
-
-
-def forest_ratios(ax, table: Mapping, title: str, color_of: Callable[[str], str]) -> None:
-    """:func:`forest` for a :func:`rlcurate.comparison.ratio_table` (chapter 11): each arm's paired ratio to
-    the baseline on a log axis, the line at 1; filled as in :func:`forest`."""
-    names = list(table)
-    for i, arm in enumerate(names):
-        r, y = table[arm], len(names) - 1 - i
-        strong = not r.covers_one if aa_controls([arm]) else r.p_holm < 0.05
-        ax.plot([r.low, r.high], [y, y], color=color_of(arm), lw=2.5, alpha=0.9 if strong else 0.4)
-        ax.plot(r.ratio, y, "o", color=color_of(arm), mfc=color_of(arm) if strong else "white")
-    ax.set_xscale("log")
-    ax.axvline(1.0, color="black", lw=0.8, ls=":")
-    ax.set_yticks(range(len(names)), names[::-1], fontsize=8)
-    ax.set_title(title, fontsize=10)
 
 
 def plot_comparison(table: Mapping, results, baseline: str, controls, title: str, path, ratio: bool = False,
@@ -83,7 +73,7 @@ def plot_comparison(table: Mapping, results, baseline: str, controls, title: str
     colour = {a: COLORS["grey"] if a in controls else ("black" if a == baseline else palette[i % len(palette)])
               for i, a in enumerate(arms)}
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.32 * len(table) + 3.2))
-    (forest_ratios if ratio else forest)(left, table, f"{title}: against {baseline}", colour.get)
+    forest(left, table, f"{title}: against {baseline}", colour.get, ratio=ratio)
     left.set_xlabel(f"ratio to {baseline} (rollouts to the target)" if ratio else f"paired difference to {baseline}")
     for arm in arms:
         curves = [grid_curve(r, key) for r in results if r["run"] == arm]
