@@ -143,3 +143,20 @@ def test_controls_stay_outside_the_holm_family():
     assert table["uniform_aa"] == alone and table["uniform_aa"].p_holm == table["uniform_aa"].p_t
     with pytest.raises(ValueError, match="baseline"):
         compare_arms({"a": values["a"]})
+
+
+def test_area_reads_a_run_that_overshot_its_budget_at_the_budget():
+    """A step that ends past the budget leaves the last evaluation beyond it (DAPO's and GRESO's larger
+    steps on chapter 11's hard pool): the area is read up to the budget, the value there interpolated."""
+    import numpy as np
+
+    from rlcurate.comparison import GridCurve, area
+
+    grid = np.array([0.0, 1280.0, 2560.0, 2688.0])
+    curve = GridCurve(grid, grid, np.array([0.2, 0.4, 0.6, 0.7]))
+    at = 0.6 + (2600 - 2560) / 128 * 0.1
+    expected = ((1280 * (0.2 + 0.4) / 2) + (1280 * (0.4 + 0.6) / 2) + (40 * (0.6 + at) / 2)) / 2600
+    assert area(curve, 2600) == pytest.approx(expected)
+    assert area(curve, 2560) == pytest.approx((1280 * 0.3 + 1280 * 0.5) / 2560)  # an exact grid point: as before
+    with pytest.raises(ValueError, match="does not reach the budget"):
+        area(curve, 3000)

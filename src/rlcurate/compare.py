@@ -68,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "(an 'endpoint:' key with close_gap or target)")
         values = to_target_values(results, suite["endpoint"])
     else:
-        values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
+        try:
+            values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
+        except ValueError as exc:  # a run that was not read as far as the budget
+            raise UserError(f"--measure {args.measure} at {budget:g}: {exc}") from None
     if args.baseline not in values:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
     unknown = [c for c in args.control or [] if c not in values]

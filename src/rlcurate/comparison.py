@@ -91,9 +91,12 @@ def at_budget(curve: GridCurve, budget: float) -> float:
 
 def area(curve: GridCurve, budget: float) -> float:
     """The mean of the metric over the grid points 0..``budget`` (trapezoid rule, normalised by the
-    budget): the accuracy a run held on average while it spent its compute."""
+    budget): the accuracy a run held on average while it spent its compute. A run whose last evaluation
+    lies past the budget (a step that overshot it) is read at the budget by linear interpolation."""
     keep = curve.grid <= budget
     x, y = curve.grid[keep], curve.value[keep]
+    if x.size and x[-1] < budget and curve.grid[-1] > budget:
+        x, y = np.append(x, budget), np.append(y, np.interp(budget, curve.grid, curve.value))
     if x.size < 2 or x[-1] < budget:
         raise ValueError(f"the run's grid does not reach the budget {budget}")
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
