@@ -31,3 +31,12 @@ def check(records):
     assert tiny["uniform_aa"]["low"] <= 1 <= tiny["uniform_aa"]["high"]
     assert {"oracle_select", "oracle_alloc", "insight", "pilot_commit", "knapsack", "greso"} <= set(tiny)
     assert records["tiny_oracle"]["uncharged_per_run"] > 0
+    # the two corners on the tiny model (committed runs): the hard pool's A/A control covers 1 and the arms the
+    # issue names are there; the group sizes form their own family against G = 8
+    hard = records["tiny_hard"]
+    assert hard["uniform_aa"]["low"] <= 1 <= hard["uniform_aa"]["high"]
+    assert {"oracle_select", "oracle_alloc", "insight", "greso", "dapo"} <= set(hard)
+    assert set(records["tiny_group"]) == {"uniform_g4", "uniform_g2"}
+    for table in (hard, records["tiny_group"]):
+        for arm, r in table.items():
+            assert r["low"] <= r["ratio"] <= r["high"] and 0 <= r["p_holm"] <= 1, arm
