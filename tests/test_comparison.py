@@ -25,7 +25,7 @@ def run(name, seed, accs, step_rollouts=128, grid=256, lr=1e-4):
         metrics.append(rec)
         if k == len(accs):
             break
-    return {"run": name, "seed": seed, "config": {"lr": lr}, "metrics": metrics}
+    return {"suite": "s", "run": name, "seed": seed, "config": {"lr": lr}, "metrics": metrics}
 
 
 def test_a_run_is_read_on_the_grid_whatever_its_step_size():

@@ -175,7 +175,8 @@ def test_rlcurate_compare_reads_rollouts_to_the_declared_target(tmp_path, capsys
             # accuracy 0.5 at 0, reaching the target 0.75 exactly at x (never when x is None)
             ys = [0.5, 0.6, 0.7] if x is None else [0.5, 0.75, 0.8]
             grid = [0, 200, 400] if x is None else [0, x, 400]
-            (runs / f"{arm}_s{seed}.json").write_text(json.dumps({"run": arm, "seed": seed, "metrics": [
+            (runs / f"{arm}_s{seed}.json").write_text(json.dumps({"suite": "t", "run": arm, "seed": seed, "config": {},
+                                                                  "metrics": [
                 {"eval/grid": g, "total/rollouts": g, "eval/accuracy": y} for g, y in zip(grid, ys)]}))
     assert main(["compare", "--suite", str(tmp_path / "s.yaml"), "--runs", str(runs), "--measure", "to_target"]) == 0
     out = capsys.readouterr().out
