@@ -45,3 +45,12 @@ def check(records):
     trap = records["hint_trap_sim"]
     alone, skip = trap["INSIGHT"]["distinct"], trap["INSIGHT + SAGE-LIGHT"]["distinct"]
     assert skip < 0.8 * alone and trap["INSIGHT + SAGE-LIGHT, hinted failures counted"]["distinct"] > 0.9 * alone, trap
+    # the hinting arms' own suite (issue #28): SAGE alone and the recipe with hinted failures counted
+    hints = records.get("hints")
+    if hints:
+        for table in hints.values():
+            assert set(table) == {"sage", "sage_light", "combined_failures"}
+            for arm, r in table.items():
+                assert r["low"] <= r["diff"] <= r["high"] and 0 <= r["p_holm"] <= 1, arm
+        fixed = records["combined_failures_vs_combined_final"]
+        assert fixed["low"] > 0  # counting hinted failures removes the recipe's collapse
