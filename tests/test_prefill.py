@@ -81,11 +81,11 @@ def test_prefill_gives_the_last_hidden_states_of_whole_prompts(model, tok):
         assert torch.allclose(whole.last_hidden_state[u, -1], alone, atol=1e-5)
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_engine_samples_the_same_tokens_with_a_shared_prefix(model, tok, monkeypatch, prefix_calls, cache):
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_engine_samples_the_same_tokens_with_a_shared_prefix(model, tok, monkeypatch, prefix_calls, decode):
     prompts = [SYSTEM + q for q in QUESTIONS]
     params = SamplingParams(temperature=1.0, max_new_tokens=12)
-    engine = TransformersEngine(model, tok, cache=cache, token_budget=400)  # several batches
+    engine = TransformersEngine(model, tok, decode=decode, token_budget=400)  # several batches
     shared = engine.generate(prompts, 3, params, seed=5)
     assert prefix_calls and all(c == common_prefix_length([tok.encode(p, add_special_tokens=False) for p in prompts])
                                 for c in prefix_calls)

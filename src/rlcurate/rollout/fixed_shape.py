@@ -318,6 +318,11 @@ class FixedShapeDecoder:
             return s
         s = DecodeStep(self.model, self.cache.first_rows(key.rows), key, max_new_tokens, vocab)
         if self.mode == "compiled":
+            # one compiled step per bucket and sampling setting, all of one method: dynamo's default of 8
+            # entries per code object would fall back to eager after the eighth
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
             s.step = torch.compile(s.step, backend=self.compile_backend, dynamic=False)
             s.run = s.step
         if self.mode in ("captured", "compiled") and s.logits.is_cuda:
