@@ -125,6 +125,18 @@ def test_malformed_yaml_config_names_the_line(capsys, tmp_path):
     _train_refused(capsys, tmp_path, [], str(bad), "not valid YAML", "line", config=bad)
 
 
+def test_a_key_given_twice_in_a_yaml_file_is_refused(capsys, tmp_path):
+    """Plain YAML keeps the last of two equal keys silently; a config that sets lr twice is a mistake (#30)."""
+    bad = tmp_path / "twice.yaml"
+    bad.write_text("model: data/tiny/spread\nlr: 1.0e-4\nsteps: 3\nlr: 1.0e-3\n")
+    _train_refused(capsys, tmp_path, [], str(bad), "not valid YAML at line 4", "duplicate key 'lr' (first at line 2)",
+                   config=bad)
+
+
+def test_clip_low_that_leaves_no_lower_clip_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["clip_low=2"], "clip_low must lie in [0, 1)", "no lower clip")
+
+
 def test_config_that_is_a_list_is_refused(capsys, tmp_path):
     bad = tmp_path / "list.yaml"
     bad.write_text("- model: data/tiny/spread\n- steps: 3\n")

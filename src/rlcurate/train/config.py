@@ -217,6 +217,9 @@ class TrainConfig:
                      "micro_batch_memory_gib"]:
             if not getattr(self, name) >= 0:
                 raise UserError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.clip_low < 1:
+            raise UserError(f"clip_low must lie in [0, 1): the ratio is kept above 1 - clip_low, and {self.clip_low!r} "
+                            "would leave no lower clip")
         if not (self.clip_ratio_c == 0 or self.clip_ratio_c > 1):
             raise UserError(f"clip_ratio_c must be 0 (off) or > 1, got {self.clip_ratio_c!r}")
         from rlcurate.train.report import parse_report_to
@@ -283,6 +286,21 @@ class TrainConfig:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names a key twice (plain YAML keeps the last one silently,
+    and a config that sets ``lr`` twice is a mistake, not an override)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path, what: str = "file"):
     """The YAML document in ``path``; a missing, unreadable or malformed file raises
     :class:`~rlcurate.errors.UserError` naming the file (and the line of a syntax error)."""
@@ -290,7 +308,7 @@ def read_yaml(path: str | Path, what: str = "file"):
     if not path.is_file():
         raise UserError(f"{what} not found: {path}" + (" (a directory)" if path.is_dir() else ""))
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
