@@ -301,9 +301,10 @@ def pending_runs(names: list[str], seeds: list[int], out: Path, force: bool = Fa
     for s in seeds:
         for n in names:
             path = result_path(out, n, s)
-            if path.exists() and not force and not result_is_readable(path):
+            readable = path.exists() and result_is_readable(path)
+            if path.exists() and not readable and not force:
                 log.warning("%s is not a readable result: it will be recomputed", path)
-            if force or not (path.exists() and result_is_readable(path)):
+            if force or not readable:
                 todo.append((n, s))
     return todo
 
@@ -396,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.force:
         for n, s in todo:
             shutil.rmtree(scratch / f"{n}_s{s}", ignore_errors=True)
-    log = scratch / "progress.log"
-    print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time); progress also in {log}", flush=True)
+    progress_log = scratch / "progress.log"
+    print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time); progress also in {progress_log}", flush=True)
     failures, stopped = [], []
-    progress = SuiteProgress(len(todo), args.jobs, log, write=lambda line: print(line, flush=True))
+    progress = SuiteProgress(len(todo), args.jobs, progress_log, write=lambda line: print(line, flush=True))
 
     def work(item):
         n, s = item

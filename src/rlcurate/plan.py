@@ -155,7 +155,7 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
     memory: dict[str, float] = {"weights": 4.0 * n, "gradients": 4.0 * n, "adam": 8.0 * n, "bf16_copies": 2.0 * n}
     if config.kl_coef > 0:
         memory["reference"] = 4.0 * n
-    if getattr(config, "rollout_weights", "train") == "bf16":
+    if config.rollout_weights == "bf16":
         memory["rollout_copy"] = 2.0 * n
     L = config.max_new_tokens
     mb_tokens = config.micro_batch_tokens

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -44,9 +43,8 @@ class SuiteProgress:
     at a time; ``log`` the file the lines are also appended to; ``write`` where they are printed."""
 
     def __init__(self, total: int, jobs: int, log: Path | None = None, every: float = 60.0,
-                 write: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic):
-        self.total, self.jobs, self.log, self.every = total, max(1, jobs), log, every
-        self.write, self.clock = write, clock
+                 write: Callable[[str], None] = print):
+        self.total, self.jobs, self.log, self.every, self.write = total, max(1, jobs), log, every, write
         self.done = self.failed = 0
         self.seconds: list[float] = []
         self.running: dict[tuple[str, int], tuple[Path, tuple]] = {}

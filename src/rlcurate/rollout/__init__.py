@@ -14,10 +14,20 @@ What ``Completion.logprobs`` mean, how stop strings and EOS end a completion, an
 encoded is written once, in :mod:`rlcurate.rollout.base`.
 """
 
+import importlib
+
 from .base import Completion, RolloutEngine, SamplingParams, prompt_seed
-from .hf import TransformersEngine, plan_batches
-from .openai_api import MalformedResponseError, OpenAIEngine, OpenAIServerError
-from .vllm_engine import VLLMEngine
+
+# The backends load on first use: importing rlcurate.rollout.base (the sampling contract, DECODE_MODES, which
+# the training config checks before torch is imported) must not pull in torch and transformers.
+_BACKENDS = {"TransformersEngine": ".hf", "plan_batches": ".hf", "MalformedResponseError": ".openai_api",
+             "OpenAIEngine": ".openai_api", "OpenAIServerError": ".openai_api", "VLLMEngine": ".vllm_engine"}
+
+
+def __getattr__(name: str):
+    if name in _BACKENDS:
+        return getattr(importlib.import_module(_BACKENDS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Completion",

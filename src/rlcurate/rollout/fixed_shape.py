@@ -25,7 +25,7 @@ Attention over the fixed-shape cache is :func:`decode_attention`, registered wit
 ``rlcurate_decode`` and used for the decode step only: scaled-dot-product attention with a mask (the
 cache's unwritten columns) cannot take grouped-query heads as they are, so ``transformers`` expands the
 keys and values of every layer to all query heads first, which on a GPU cost more than the rest of the
-step (measured on an H200 at 1,024 rows: 18.6 of 29 ms; ``data/bench/decode_parts_gpu.json``).
+step (measured on an H200 at 1,024 rows: 18.6 of 29 ms; ``data/bench/decode_parts_h200.json``).
 
 The KV cache dtype is one decision (:func:`kv_cache_dtype`): the dtype attention computes in, that is
 autocast's when autocast is on (the trainer: fp32 weights under bf16 autocast on a GPU) and the weights'
@@ -326,6 +326,7 @@ class FixedShapeDecoder:
             s.step = torch.compile(s.step, backend=self.compile_backend, dynamic=False)
             s.run = s.step
         if self.mode in ("captured", "compiled") and s.logits.is_cuda:
+            self.cache.write_at.zero_()  # the warm-up steps write a column there: keep it inside the cache
             s.capture()
             self.graphs_recorded += 1
         self.steps[key] = s

@@ -280,31 +280,21 @@ class TransformersEngine(RolloutEngine):
         T = params.max_new_tokens
         stopped: dict[int, tuple[int, int]] = {}  # row -> (step of the stop string, text cut)
         t = 0
-        while t < T:
+        while True:
             n = min(self.fixed.sync_every, T - t)
             for _ in range(n):
                 step.run()
             t += n
-            if t >= T:
-                break
-            finished = step.finished[:B].cpu()
-            if scanner is not None:
-                tokens, length = step.tokens[:B, :t].tolist(), step.length[:B].tolist()
-                # the stop string is looked for among the tokens before an end-of-sequence token
+            finished, length = step.finished[:B].tolist(), step.length[:B].tolist()
+            if scanner is not None:  # among the new tokens, before an end-of-sequence token
+                tokens = step.tokens[:B, :t].tolist()
                 active = [r for r in range(B) if r not in stopped]
                 ends = [length[r] - 1 if finished[r] else t for r in active]
                 for k, hit in scanner.first_stops([tokens[r] for r in active], [t - n] * len(active), ends).items():
                     stopped[active[k]] = hit
-                finished[list(stopped)] = True
-            if bool(finished.all()):
+            if t >= T or all(f or r in stopped for r, f in enumerate(finished)):
                 break
         tokens, logprobs = step.tokens[:B, :t].tolist(), step.logprobs[:B, :t].tolist()
-        length, finished = step.length[:B].tolist(), step.finished[:B].tolist()
-        if scanner is not None:  # the steps since the last look
-            active = [r for r in range(B) if r not in stopped]
-            ends = [length[r] - 1 if finished[r] else t for r in active]
-            for k, hit in scanner.first_stops([tokens[r] for r in active], [t - n] * len(active), ends).items():
-                stopped[active[k]] = hit
         gen, lps, reason, cut = [], [], [], []
         for r in range(B):
             if r in stopped:

@@ -35,6 +35,11 @@ def parse_report_to(value: Any) -> tuple[str, ...]:
     bad = [n for n in names if n not in REPORT_SINKS]
     if bad or not all(isinstance(n, str) for n in names):
         raise UserError(f"report_to must be none or a list of {', '.join(REPORT_SINKS)}, got {value!r}")
+    import importlib.util
+
+    for name in names:  # checked with the config, before any model is loaded
+        if importlib.util.find_spec(name) is None:
+            raise UserError(f"report_to: {name} needs the {name} package: pip install 'rlcurate[watch]'")
     return tuple(dict.fromkeys(names))
 
 
@@ -48,11 +53,8 @@ class TensorBoardSink:
     ``out_dir/tensorboard/by_rollouts`` (the evaluations by generated rollouts)."""
 
     def __init__(self, out: Path, last: dict[str, Any] | None, hparams: dict[str, Any]):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise UserError("report_to: tensorboard needs the tensorboard package: pip install 'rlcurate[watch]'") \
-                from None
+        from torch.utils.tensorboard import SummaryWriter
+
         step = int(last["step"]) + 1 if last else None
         rollouts = int(last.get("total/rollouts", 0)) + 1 if last else None
         self.by_step = SummaryWriter(str(out / "tensorboard"), purge_step=step)
@@ -80,10 +82,8 @@ class WandbSink:
     """``wandb`` in offline mode by default (files under ``out_dir/wandb``), one run id per ``out_dir``."""
 
     def __init__(self, out: Path, last: dict[str, Any] | None, hparams: dict[str, Any]):
-        try:
-            import wandb
-        except ImportError:
-            raise UserError("report_to: wandb needs the wandb package: pip install 'rlcurate[watch]'") from None
+        import wandb
+
         id_file, self.state = out / "wandb_id", out / "wandb_state.json"
         if last is None:  # a fresh run: its own id, nothing logged yet
             id_file.unlink(missing_ok=True)
