@@ -18,6 +18,7 @@ usage: rlcurate <command> [options]
 commands:
   train        GRPO training with a curation strategy (chapter 5)
   audit        the variance audit: N runs per sample, then a summary (chapter 4)
+  advise       from an audit to a decision: what curation could save on your pool (chapters 4, 11)
   warmstart    supervised warm-start of the tiny model (chapter 4)
   serve        an OpenAI-compatible HTTP server for a checkpoint (chapter 4)
   runs         the reference runs of a suite, one JSON file per run and seed (chapters 5-10)
@@ -174,6 +175,7 @@ COMMANDS = {
     "serve": _delegate("rlcurate.rollout.server"),
     "runs": _delegate("rlcurate.experiments"),
     "conditions": _delegate("rlcurate.conditions"),
+    "advise": _delegate("rlcurate.advise"),
     "compare": _delegate("rlcurate.compare"),
     "plan": _delegate("rlcurate.plan"),
     "dryrun": _delegate("rlcurate.dryrun"),

@@ -34,7 +34,7 @@ import numpy as np
 
 from rlcurate.errors import UserError
 
-__all__ = ["load_conditions", "condition_config", "run_curve", "run_condition", "condition_table", "main"]
+__all__ = ["load_conditions", "condition_config", "run_costs", "run_curve", "run_condition", "condition_table", "main"]
 
 SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "seeds", "endpoint", "arms",
               "conditions"}
@@ -123,16 +123,28 @@ def _trainer(suite, setup, arm: str, seed: int, lr: float, split: str):
                       eval_split=split, order_offset=int(spec.get("order_offset", 0)))
 
 
+def run_costs(suite, setup, arm: str, seed: int, lr: float, split: str = "test",
+              stop_at: float | None = None) -> dict[str, np.ndarray]:
+    """One run after every step, from 0 to the first step at or past the budget (or, with ``stop_at``, to
+    the first step whose held-out pass rate reaches it): cumulative ``rollouts`` charged, ``kept`` (the
+    rollouts of the groups trained, every one of which a dense trainer such as verl trains on) and
+    ``mixed`` (those of mixed groups, the rollouts this trainer trains on), and the exact ``held_out``
+    mean pass rate. Chapter 10's cost currencies are rollouts + rho * kept and rollouts + rho * mixed."""
+    tr = _trainer(suite, setup, arm, seed, lr, split)
+    rows = [(0, 0, 0, tr.held_out())]
+    while tr.rollouts < setup["budget"] and (stop_at is None or rows[-1][3] < stop_at):
+        rec = tr.train_step()
+        r, k, m, _ = rows[-1]
+        rows.append((rec["total_rollouts"], k + rec["trained_samples"], m + rec["mixed_samples"], rec["held_out"]))
+    a = np.array(rows, dtype=float)
+    return {"rollouts": a[:, 0], "kept": a[:, 1], "mixed": a[:, 2], "held_out": a[:, 3]}
+
+
 def run_curve(suite, setup, arm: str, seed: int, lr: float, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
     """(charged rollouts, exact held-out mean pass rate) after every step of one run, from 0 to the
     first step at or past the budget."""
-    tr = _trainer(suite, setup, arm, seed, lr, split)
-    x, y = [0], [tr.held_out()]
-    while tr.rollouts < setup["budget"]:
-        rec = tr.train_step()
-        x.append(rec["total_rollouts"])
-        y.append(rec["held_out"])
-    return np.array(x, dtype=float), np.array(y)
+    c = run_costs(suite, setup, arm, seed, lr, split)
+    return c["rollouts"], c["held_out"]
 
 
 def _area(x, y, budget) -> float:

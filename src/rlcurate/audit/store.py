@@ -50,6 +50,8 @@ def read_config(out_dir) -> dict:
 
 _RUN_FIELDS = {"index": int, "uid": str, "run": int, "score": float, "reason": str, "completion": str,
                "n_tokens": int, "finish_reason": str}
+_TEXT_FIELDS = ("reason", "completion")
+"""Fields a slimmed audit may leave out (the committed GSM8K audit keeps scores only); read as ""."""
 
 
 def read_runs(path) -> tuple[list[dict], int]:
@@ -76,6 +78,8 @@ def read_runs(path) -> tuple[list[dict], int]:
                              "corrupted: move it away to start the audit afresh") from None
         if not isinstance(rec, dict):
             raise AuditError(f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}")
+        for name in _TEXT_FIELDS:
+            rec.setdefault(name, "")
         for name, kind in _RUN_FIELDS.items():
             v = rec.get(name)
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, kind)

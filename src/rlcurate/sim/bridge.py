@@ -254,7 +254,8 @@ class SimTrainer:
         self.rollouts += out.counters.rollouts
         return {"step": self.step, "rollouts": out.counters.rollouts, "total_rollouts": self.rollouts,
                 "effective_prompt_ratio": out.group_metrics()["effective_prompt_ratio"],
-                "trained_samples": out.update["trained_samples"], "held_out": self.held_out(),
+                "trained_samples": out.update["trained_samples"],
+                "mixed_samples": sum(g.size for g in out.trained if g.mixed), "held_out": self.held_out(),
                 **self.curator.metrics()}
 
     def run(self, steps: int) -> SimRunResult:

@@ -1,0 +1,448 @@
+"""``rlcurate advise``: from an audit of your own model and data to a decision (chapters 4 and 11).
+
+An audit (``rlcurate audit``, any backend) gives each prompt's successes in N runs. From it:
+
+1. **The pool's pass-rate distribution**, fitted as a mixture of Betas by its marginal likelihood
+   (:func:`rlcurate.stats.mixture.fit_beta_mixture`), with its uncertainty from a bootstrap over prompts.
+2. **The gate at each group size G**: the share of groups of G rollouts that all get the same reward,
+   E[p^G + (1-p)^G], and the mixed groups per 1,000 rollouts, 1000 / G * (1 - that share). For G <= N it
+   is *measured* (the unbiased estimate of :func:`rlcurate.stats.group_mixed_prob`); beyond N the audit
+   does not identify it and the fitted shape *extrapolates* it.
+3. **The ceiling and the strategies, by simulation**: chapter 11's simulated world (the conditions map's
+   world, :mod:`rlcurate.conditions`) with its pool's pass rates drawn from this fit (one bootstrap fit
+   per seed, so the fit's uncertainty enters the intervals). Uniform GRPO at your G, oracle selection and
+   oracle allocation from the exact pass rates (what no real strategy can beat: the ceiling), DAPO's
+   dynamic sampling, GRESO's pre-rollout filter, and uniform GRPO at the other group sizes at equal
+   rollouts per step, each at the learning rate of least rollouts-to-target on a validation world.
+   Endpoint: rollouts (and cost, rollouts + rho * rollouts trained) until the held-out pass rate closes
+   half its gap to 1, paired over seeds as a ratio to uniform (:func:`rlcurate.comparison.ratio_table`).
+
+What the simulation cannot know is how *your* model learns: it predicts from the pool's shape at the start.
+Chapter 11 puts its predictions beside measured runs (the conditions map, the tiny model, SmolLM2) and
+says where they part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlcurate.errors import UserError
+from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture
+
+__all__ = ["Advice", "advise", "read_counts", "gate_table", "simulate", "render", "plot", "main",
+           "advise_counts", "sim_prompts", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
+
+GROUP_SIZES = (2, 4, 8, 16, 32, 64)
+SIM_GROUP_SIZES = (2, 4, 8, 16, 32)
+"""Group sizes the simulation compares at its 128 rollouts per step."""
+MIN_PROMPTS = 20
+MIN_RUNS = 2
+SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
+"""The conditions map's world (configs/suites/conditions_sim.yaml) less its pass rates."""
+SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
+SIM_LRS = (0.3, 1.0, 3.0)
+SIM_CLOSE_GAP = 0.5
+SIM_BUDGET = 51200
+"""The simulation's cap on a run's rollouts (a run that has not reached its target by then counts as
+reaching it there, which understates its ratio)."""
+STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
+                 "dapo": {"strategy": "dapo"}, "greso": {"strategy": "greso"}}
+CEILING_ARMS = ("oracle_select", "oracle_alloc")
+
+
+@dataclass
+class Advice:
+    """What :func:`advise` found; :meth:`to_dict` is the JSON, :func:`render` the text."""
+
+    audit: str
+    prompts: int
+    runs: int
+    pass_rate: dict[str, float]
+    fit: BetaMixture
+    gate: list[dict[str, Any]]
+    budget: int
+    pool: int
+    group_size: int
+    rho: float
+    training: str
+    sim: dict[str, Any] | None
+    verdict: str
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return _finite({"format": "rlcurate-advice/1", "audit": self.audit, "prompts": self.prompts,
+                        "runs": self.runs, "pass_rate": self.pass_rate, "fit": self.fit.to_dict(),
+                        "gate": self.gate, "budget": self.budget, "pool": self.pool,
+                        "group_size": self.group_size, "rho": self.rho, "training": self.training,
+                        "simulation": self.sim, "verdict": self.verdict, "warnings": self.warnings,
+                        "seconds": self.seconds})
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, np.generic):
+        return _finite(x.item())
+    return x
+
+
+# ---------------------------------------------------------------------------------------------- input
+def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per prompt, successes and runs of an audit folder, and warnings on what weakens it. Refuses (one
+    line, :class:`UserError`) a folder that is not an audit, graded rewards, fewer than
+    :data:`MIN_RUNS` runs per prompt or fewer than :data:`MIN_PROMPTS` prompts."""
+    from rlcurate.audit.summary import INVALIDATING_SHARE, load_audit
+
+    folder = Path(audit_dir)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such folder (give the folder an `rlcurate audit --out` wrote)")
+    if not (folder / "config.json").is_file() or not (folder / "runs.jsonl").is_file():
+        raise UserError(f"{folder}: not an audit folder (no config.json and runs.jsonl; make one with "
+                        f"`rlcurate audit --out {folder}`)")
+    audit = load_audit(folder)
+    if not audit.scores:
+        raise UserError(f"{folder}: the audit has no finished runs yet")
+    graded = [(u, s) for u, s in zip(audit.uids, audit.scores) if not np.isin(s, (0.0, 1.0)).all()]
+    if graded:
+        uid, s = graded[0]
+        bad = next(float(v) for v in s if v not in (0.0, 1.0))
+        raise UserError(f"{folder}: graded rewards ({len(graded)} prompts have scores other than 0 and 1, "
+                        f"e.g. {bad:g} for {uid!r}); advise models pass/fail rewards")
+    n = np.array([s.size for s in audit.scores])
+    if n.max() < MIN_RUNS:
+        raise UserError(f"{folder}: {n.max()} run per prompt; a pass rate cannot be told from luck in one run: "
+                        f"audit with --runs 4 or more")
+    keep = n >= MIN_RUNS
+    k = np.array([int(s.sum()) for s in audit.scores])[keep]
+    n = n[keep]
+    if k.size < MIN_PROMPTS:
+        raise UserError(f"{folder}: {k.size} prompts with {MIN_RUNS} or more runs; advise needs at least "
+                        f"{MIN_PROMPTS} to fit a distribution")
+    warnings = []
+    if (~keep).any():
+        warnings.append(f"{int((~keep).sum())} prompts with fewer than {MIN_RUNS} runs left out")
+    if not audit.complete:
+        warnings.append(f"the audit is unfinished: {k.size} of {audit.n_samples} prompts")
+    runs = sum(s.size for s in audit.scores)
+    errors = sum(int(e.sum()) for e in audit.errors)
+    cut = sum(sum(f == "length" and v < 1 for f, v in zip(fr, s)) for fr, s in zip(audit.finish_reasons, audit.scores))
+    for what, count in (("had a failing reward function", errors), ("hit the token limit and failed", cut)):
+        if count > INVALIDATING_SHARE * runs:
+            warnings.append(f"{count / runs:.0%} of the runs {what}: the audit measures that more than the data")
+    if n.min() < 4:
+        warnings.append(f"{n.min()} runs per prompt identify little of the distribution's shape; 8 or more are better")
+    return k, n, warnings
+
+
+# ---------------------------------------------------------------------------------------------- the gate
+def _bootstrap_fits(k, n, fit: BetaMixture, boots: int, rng: np.random.Generator) -> list[tuple[np.ndarray, BetaMixture]]:
+    out = []
+    for _ in range(boots):
+        idx = rng.integers(0, k.size, k.size)
+        out.append((idx, fit_beta_mixture(k[idx], n[idx], fit.k, start=fit)))
+    return out
+
+
+def _measured_zero_share(k, n, G: int) -> float:
+    from scipy.special import comb
+
+    return float(np.mean((comb(k, G) + comb(n - k, G)) / comb(n, G)))
+
+
+def gate_table(k, n, fit: BetaMixture, boots, sizes: Sequence[int] = GROUP_SIZES) -> list[dict[str, Any]]:
+    """Per group size G: the share of zero-variance groups with a 95 % bootstrap interval, measured where
+    every prompt has G or more runs and extrapolated by the fit beyond, and mixed groups per 1,000 rollouts."""
+    rows = []
+    for G in sizes:
+        measured = G <= int(n.min())
+        est = (lambda kk, nn, f: _measured_zero_share(kk, nn, G)) if measured else (lambda kk, nn, f: f.zero_variance(G))
+        z = est(k, n, fit)
+        zb = np.array([est(k[idx], n[idx], f) for idx, f in boots])
+        lo, hi = np.quantile(zb, [0.025, 0.975])
+        rows.append({"G": int(G), "zero_variance": float(z), "low": float(lo), "high": float(hi),
+                     "measured": bool(measured), "mixed_per_1000": 1000.0 / G * (1 - z),
+                     "mixed_per_1000_low": 1000.0 / G * (1 - hi), "mixed_per_1000_high": 1000.0 / G * (1 - lo)})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- simulation
+def _sim_suite(group_size: int) -> dict[str, Any]:
+    arms = {"uniform": {"group_size": group_size}}
+    arms.update({a: {**spec, "group_size": group_size} for a, spec in STRATEGY_ARMS.items()})
+    arms.update({f"uniform_g{g}": {"group_size": g} for g in SIM_GROUP_SIZES if g != group_size})
+    return {"name": "advise", "_path": "rlcurate advise", "arms": arms}
+
+
+def _sim_setup(pass_rates: np.ndarray, group_size: int) -> dict[str, Any]:
+    return {"world": {**SIM_WORLD, "n_prompts": len(pass_rates), "pass_rates": pass_rates}, "budget": SIM_BUDGET,
+            "train": {**SIM_TRAIN, "group_size": group_size, "prompts_per_step": SIM_TRAIN["rollouts_per_step"] // group_size}}
+
+
+def _to_target(c: dict[str, np.ndarray], target: float, rho: float, training: str) -> tuple[float, float]:
+    from rlcurate.comparison import rollouts_to_target
+
+    spent = c["rollouts"] + rho * (c["kept"] if training == "dense" else c["mixed"])
+    return rollouts_to_target(c["rollouts"], c["held_out"], target), rollouts_to_target(spent, c["held_out"], target)
+
+
+def simulate(fit: BetaMixture, boots: Sequence[BetaMixture], group_size: int = 8, rho: float = 1.0,
+             training: str = "dense", seeds: int = 4, lrs: Sequence[float] = SIM_LRS, pool: int | None = None,
+             close_gap: float = SIM_CLOSE_GAP) -> dict[str, Any]:
+    """The arms of :func:`_sim_suite` in the simulated world whose pool follows ``fit`` (seed s draws its
+    600 pass rates from ``boots[s]``), each at its learning rate of least rollouts-to-target on one
+    validation world drawn from ``fit``. The world holds :func:`sim_prompts` (``pool``) prompts, so that its
+    training split is the pool's size up to 420 (a larger pool is simulated by 420 prompts). Per arm the paired ratio to uniform GRPO at ``group_size`` in
+    rollouts and in cost (rollouts + ``rho`` x the rollouts trained: every rollout of a kept group when
+    ``training`` is ``"dense"``, only those of mixed groups when ``"sparse"``)."""
+    import logging
+
+    quiet = logging.getLogger("rlcurate.curation")  # DAPO's "found 0 mixed groups" once a world is solved
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return _simulate(fit, boots, group_size, rho, training, seeds, lrs, sim_prompts(pool), close_gap)
+    finally:
+        quiet.setLevel(level)
+
+
+def sim_prompts(pool: int | None) -> int:
+    """Prompts of the simulated world for a training pool of ``pool``: its training split (70 %) is the
+    pool, from 28 up to 420 (:data:`SIM_WORLD`'s 600)."""
+    if pool is None:
+        return SIM_WORLD["n_prompts"]
+    share = 1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]
+    return int(min(SIM_WORLD["n_prompts"], max(40, math.ceil(pool / share))))
+
+
+def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap) -> dict[str, Any]:
+    from rlcurate.comparison import ratio_table, target_of
+    from rlcurate.conditions import run_costs
+
+    suite = _sim_suite(group_size)
+    endpoint = {"close_gap": close_gap}
+    val_rates = fit.sample(n_prompts, np.random.default_rng(1000))
+    lr = {}
+    for arm, spec in sorted(suite["arms"].items(), key=lambda kv: kv[0] != "uniform"):  # uniform first
+        setup = _sim_setup(val_rates, spec["group_size"])
+        scores = {}
+        for r in lrs:
+            start = run_costs(suite, {**setup, "budget": 0}, arm, 1000, float(r), "validation")["held_out"][0]
+            target = target_of(start, endpoint)
+            c = run_costs(suite, setup, arm, 1000, float(r), "validation", stop_at=target)
+            scores[r] = _to_target(c, target, rho, training)[0]
+        lr[arm] = min(sorted(scores), key=lambda r: scores[r])  # ties go to the smaller rate
+        if arm == "uniform" and not math.isfinite(scores[lr[arm]]):
+            return {"unreached": True, "close_gap": close_gap, "budget_cap": SIM_BUDGET, "world_prompts": n_prompts,
+                    "lr": lr, "seeds": seeds}
+    rollouts: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
+    cost: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
+    for s in range(seeds):
+        rates = boots[s % len(boots)].sample(n_prompts, np.random.default_rng(s))
+        for arm, spec in suite["arms"].items():
+            setup = _sim_setup(rates, spec["group_size"])
+            start = run_costs(suite, {**setup, "budget": 0}, arm, s, lr[arm])["held_out"][0]
+            target = target_of(start, endpoint)
+            c = run_costs(suite, setup, arm, s, lr[arm], stop_at=target)
+            rollouts[arm][s], cost[arm][s] = _to_target(c, target, rho, training)
+    cap_cost = SIM_BUDGET * (1 + rho)
+    tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
+              "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}
+    return {"arms": {a: s for a, s in suite["arms"].items()}, "lr": lr, "seeds": seeds, "close_gap": close_gap,
+            "world_prompts": n_prompts,
+            "budget_cap": SIM_BUDGET, "currency": f"rollouts + {rho:g} x rollouts trained ({training})",
+            "uniform_rollouts": {str(s): v for s, v in rollouts["uniform"].items()},
+            "ratios": {cur: {a: {"ratio": r.ratio, "low": r.low, "high": r.high, "p_holm": r.p_holm}
+                             for a, r in t.items()} for cur, t in tables.items()}}
+
+
+# ---------------------------------------------------------------------------------------------- verdict
+def _interval(r: dict[str, float]) -> str:
+    return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+
+
+def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
+    if sim is not None and sim.get("unreached"):
+        return (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of the "
+                f"held-out gap within {sim['budget_cap']:,} rollouts at any learning rate from this pool: no ratio to "
+                f"predict; the pool is too hard for group-sampled RL as it stands (easier prompts, a warm start, or "
+                f"hints, chapter 7), or ask for a smaller target with --close-gap")
+    if sim is None:
+        row = next(g for g in gate if g["G"] == group_size)
+        return (f"at G = {group_size}, {row['zero_variance']:.0%} of groups would carry no signal "
+                f"({row['low']:.0%}-{row['high']:.0%}); run without --no-sim for what curation could save")
+    ro, co = sim["ratios"]["rollouts"], sim["ratios"]["cost"]
+    best = min(CEILING_ARMS, key=lambda a: ro[a]["ratio"])
+    ceiling = ro[best]
+    parts = [f"curation can save at most about {1 - ceiling['ratio']:.0%} of the rollouts to the target here "
+             f"({best.replace('_', ' ')}: {_interval(ceiling)} of uniform's)"]
+    if ceiling["high"] >= 0.9:
+        parts[0] += ", little room"
+    for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
+        r = co[arm]
+        word = ("pays" if r["high"] < 1 else "costs more" if r["low"] > 1 else "is within the noise of uniform")
+        parts.append(f"{name} {word} in cost ({_interval(r)})")
+    g_arms = {int(a.split("_g")[1]): ro[a] for a in ro if a.startswith("uniform_g")}
+    better = {g: r for g, r in g_arms.items() if r["high"] < 1}
+    if better:
+        g = min(better, key=lambda g: better[g]["ratio"])
+        parts.append(f"use G = {g} ({_interval(better[g])} of G = {group_size}'s rollouts)")
+    else:
+        parts.append(f"no other group size beats G = {group_size} beyond the noise")
+    return "; ".join(parts)
+
+
+def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float = 1.0, training: str = "dense",
+           pool: int | None = None, seeds: int = 4, boots: int = 100, sim: bool = True,
+           close_gap: float = SIM_CLOSE_GAP, seed: int = 0) -> Advice:
+    """Read an audit folder and say what curation could buy on its pool (module docstring; chapter 11).
+    Every option is checked before the audit is read."""
+    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap)
+    k, n, warnings = read_counts(audit_dir)
+    return advise_counts(k, n, str(audit_dir), group_size, budget, rho, training, pool, seeds, boots, sim,
+                         close_gap, seed, warnings)
+
+
+def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
+                  rho: float = 1.0, training: str = "dense", pool: int | None = None, seeds: int = 4,
+                  boots: int = 100, sim: bool = True, close_gap: float = SIM_CLOSE_GAP, seed: int = 0,
+                  warnings: Sequence[str] = ()) -> Advice:
+    """:func:`advise` from per-prompt successes and runs (an audit of a simulated world, for instance)."""
+    t0 = time.perf_counter()
+    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap)
+    k, n = np.asarray(successes, dtype=int), np.asarray(trials, dtype=int)
+    fit = fit_beta_mixture(k, n)
+    rng = np.random.default_rng(seed)
+    boot = _bootstrap_fits(k, n, fit, boots, rng)
+    gate = gate_table(k, n, fit, boot)
+    means = np.array([np.mean(k[idx] / n[idx]) for idx, _ in boot])
+    pass_rate = {"mean": float(np.mean(k / n)), "low": float(np.quantile(means, 0.025)),
+                 "high": float(np.quantile(means, 0.975)), "mixed_in_audit": float(np.mean((k > 0) & (k < n)))}
+    pool = int(pool or k.size)
+    budget = int(budget or 100 * 128)
+    for row in gate:
+        row["visits_per_prompt"] = budget / (row["G"] * pool)
+        row["mixed_groups_in_budget"] = budget / row["G"] * (1 - row["zero_variance"])
+    result = (simulate(fit, [f for _, f in boot], group_size, rho, training, seeds, pool=pool, close_gap=close_gap)
+              if sim else None)
+    return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
+                  gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
+                  sim=result, verdict=_verdict(result, gate, group_size), warnings=list(warnings),
+                  seconds=time.perf_counter() - t0)
+
+
+def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap) -> None:
+    if group_size not in SIM_GROUP_SIZES:
+        raise UserError(f"--group-size: {group_size!r} is not one of {', '.join(map(str, SIM_GROUP_SIZES))} "
+                        f"(the simulation's 128 rollouts per step split into whole groups)")
+    for name, v, lo in (("--budget", budget, 1), ("--pool-size", pool, 1), ("--seeds", seeds, 2), ("--boots", boots, 20)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+            raise UserError(f"{name}: must be a whole number >= {lo}, got {v!r}")
+    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho < 0:
+        raise UserError(f"--rho: must be a finite number >= 0 (training cost of a rollout over generating it), got {rho!r}")
+    if isinstance(close_gap, bool) or not isinstance(close_gap, (int, float)) or not 0 < close_gap < 1:
+        raise UserError(f"--close-gap: must lie in (0, 1) (the share of the held-out gap to 1 the target closes), got {close_gap!r}")
+    if training not in ("dense", "sparse"):
+        raise UserError(f"--training: must be dense or sparse, got {training!r}")
+
+
+# ---------------------------------------------------------------------------------------------- output
+def render(a: Advice) -> str:
+    """The human summary."""
+    f = a.fit
+    lines = [f"{a.audit}: {a.prompts} prompts x {a.runs} runs, mean pass rate {a.pass_rate['mean']:.2f} "
+             f"[{a.pass_rate['low']:.2f}, {a.pass_rate['high']:.2f}], {a.pass_rate['mixed_in_audit']:.0%} mixed in the audit",
+             "pass-rate distribution (Beta mixture, BIC): " + ", ".join(
+                 f"{w:.2f} x Beta({x:.3g}, {y:.3g})" for w, x, y in zip(f.w, f.a, f.b)),
+             "",
+             f"{'G':>4} {'zero-variance groups':>28} {'mixed per 1,000 rollouts':>26} {'visits/prompt':>14}"]
+    for r in a.gate:
+        how = "measured" if r["measured"] else "fitted"
+        lines.append(f"{r['G']:>4} {r['zero_variance']:>7.0%} [{r['low']:.0%}, {r['high']:.0%}] {how:>9}"
+                     f" {r['mixed_per_1000']:>12.0f} [{r['mixed_per_1000_low']:.0f}, {r['mixed_per_1000_high']:.0f}]"
+                     f" {r['visits_per_prompt']:>11.2f}")
+    lines.append(f"(visits per prompt at the budget of {a.budget:,} rollouts over {a.pool:,} prompts)")
+    if a.sim and not a.sim.get("unreached"):
+        s = a.sim
+        lines += ["", f"simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit each): rollouts "
+                      f"to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at G = {a.group_size}",
+                  f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'cost':>22}"]
+        for arm in s["ratios"]["rollouts"]:
+            ro, co = s["ratios"]["rollouts"][arm], s["ratios"]["cost"][arm]
+            lines.append(f"{arm:<16}{s['lr'][arm]:>5g}{_interval(ro):>22}{_interval(co):>22}")
+        lines.append(f"cost = {s['currency']}; an interval that covers 1 is indistinguishable from noise")
+    lines += ["", "verdict: " + a.verdict]
+    lines += [f"warning: {w}" for w in a.warnings]
+    lines.append(f"({a.seconds:.1f} s)")
+    return "\n".join(lines)
+
+
+def plot(a: Advice, path) -> None:
+    """The pool's pass rates (fitted density over the audit's raw shares) and the gate at each G."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    x = np.linspace(0.002, 0.998, 400)
+    ax1.plot(x, a.fit.pdf(x), color="black", label="fitted pass-rate density")
+    ax1.set(xlabel="pass rate p", ylabel="density", title=f"{a.prompts} prompts x {a.runs} runs",
+            ylim=(0, min(8.0, float(a.fit.pdf(x).max()) * 1.1)))
+    ax1.legend(frameon=False)
+    G = np.array([r["G"] for r in a.gate])
+    z = np.array([r["zero_variance"] for r in a.gate])
+    measured = np.array([r["measured"] for r in a.gate])
+    ax2.fill_between(G, [r["low"] for r in a.gate], [r["high"] for r in a.gate], color="0.85", label="95% interval")
+    ax2.plot(G[measured], z[measured], "o-", color="black", label="measured")
+    ax2.plot(G[~measured], z[~measured], "o--", color="grey", mfc="white", label="fitted")
+    ax2.set(xscale="log", xticks=G, xticklabels=G, xlabel="group size G", ylabel="zero-variance groups", ylim=(0, 1),
+            title="the gate at each group size")
+    ax2.legend(frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rlcurate._help import ArgumentParser, HelpFormatter
+
+    ap = ArgumentParser(prog="rlcurate advise", formatter_class=HelpFormatter,
+                        description="From an audit of your model on your prompts to a decision: the pool's "
+                                    "pass-rate distribution, the gate at each group size, and what curation could "
+                                    "save, predicted in the simulated world (chapters 4 and 11).")
+    ap.add_argument("audit", help="an audit folder (rlcurate audit --out DIR), any backend")
+    ap.add_argument("--group-size", type=int, default=8, help="the group size G you train with")
+    ap.add_argument("--budget", type=int, default=None, help="your rollout budget (default 12,800)")
+    ap.add_argument("--pool-size", type=int, default=None, help="prompts in your training pool (default: those audited)")
+    ap.add_argument("--rho", type=float, default=1.0, help="cost of training on one rollout over generating it")
+    ap.add_argument("--training", default="dense", help="dense: the trainer trains every rollout of a kept group "
+                                                        "(verl, TRL); sparse: only rollouts with a non-zero advantage")
+    ap.add_argument("--seeds", type=int, default=4, help="paired seeds of the simulation")
+    ap.add_argument("--close-gap", type=float, default=SIM_CLOSE_GAP,
+                    help="the simulation's target: the start's held-out pass rate plus this share of its gap to 1")
+    ap.add_argument("--boots", type=int, default=100, help="bootstrap refits of the distribution")
+    ap.add_argument("--no-sim", action="store_true", help="the fit and the gate only (under a second)")
+    ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
+    ap.add_argument("--out", default=None, help="folder for advice.json and advice.png (default: the audit folder)")
+    args = ap.parse_args(argv)
+    a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
+               args.boots, not args.no_sim, args.close_gap)
+    out = Path(args.out or args.audit)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "advice.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
+    plot(a, out / "advice.png")
+    print(json.dumps(a.to_dict(), indent=1) if args.json else render(a))
+    return 0

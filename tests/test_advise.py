@@ -1,0 +1,138 @@
+"""``rlcurate advise`` (issue #29): the Beta-mixture fit of a pool's pass rates, the gate measured and
+extrapolated, the simulation's ceiling, and one clear line for each bad input (tests/BAD_INPUTS.md, A10-A17)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import optimize, special
+
+from rlcurate.advise import _measured_zero_share, advise_counts, read_counts, sim_prompts
+from rlcurate.cli import main
+from rlcurate.stats import group_mixed_prob
+from rlcurate.stats import mixture
+from rlcurate.stats.mixture import fit_beta_mixture
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def piles_and_spread(rng, n_prompts=2000, runs=8):
+    """An LLM-like pool: 30 % never solved, 20 % always solved, the rest spread (chapter 1)."""
+    p = np.r_[np.zeros(int(0.3 * n_prompts)), np.ones(int(0.2 * n_prompts)), rng.beta(2, 2, n_prompts // 2)]
+    return p, rng.binomial(runs, p), np.full(p.size, runs)
+
+
+def test_the_mixture_recovers_the_gate_of_a_pool_with_piles_at_0_and_1():
+    rng = np.random.default_rng(0)
+    p, k, n = piles_and_spread(rng)
+    fit = fit_beta_mixture(k, n)
+    one = fit_beta_mixture(k, n, components=1)
+    assert fit.k >= 2 and fit.loglik > one.loglik + 10  # one Beta cannot hold both piles and the spread
+    for G in (2, 8, 32):  # 32 is beyond the 8 runs: extrapolated by the fitted shape
+        truth = np.mean(p**G + (1 - p) ** G)
+        assert abs(fit.zero_variance(G) - truth) < 0.03, G
+    assert abs(fit.mean - p.mean()) < 0.02
+
+
+def test_the_likelihood_gradient_is_the_derivative_of_the_likelihood():
+    rng = np.random.default_rng(1)
+    _, k, n = piles_and_spread(rng, 300)
+    kk, nn, c = mixture.count_table(k, n)
+    log_binom = special.gammaln(nn + 1) - special.gammaln(kk + 1) - special.gammaln(nn - kk + 1)
+    theta = rng.normal(size=8)
+    f = lambda t: mixture._neg_loglik(t, 3, kk, nn, c, log_binom)[0]  # noqa: E731
+    numeric = optimize.approx_fprime(theta, f, 1e-6)
+    assert np.allclose(mixture._neg_loglik(theta, 3, kk, nn, c, log_binom)[1], numeric, rtol=1e-4, atol=1e-3)
+
+
+def test_the_measured_gate_is_the_unbiased_estimate_of_chapter_4():
+    rng = np.random.default_rng(2)
+    _, k, n = piles_and_spread(rng, 200)
+    scores = [np.r_[np.ones(ki), np.zeros(ni - ki)] for ki, ni in zip(k, n)]
+    for G in (2, 4, 8):
+        assert _measured_zero_share(k, n, G) == pytest.approx(1 - np.mean(group_mixed_prob(scores, G)))
+
+
+def write_audit(folder: Path, scores: list[list[float]]) -> Path:
+    """A minimal audit folder in the format `rlcurate audit` writes (config.json, runs.jsonl)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    uids = [f"p{i}" for i in range(len(scores))]
+    runs = max(len(s) for s in scores)
+    (folder / "config.json").write_text(json.dumps({
+        "format": "rlcurate-audit/1", "config": {"model": "m", "task": "t", "runs": runs, "success_threshold": 1.0},
+        "samples": uids, "n_samples": len(uids)}))
+    with open(folder / "runs.jsonl", "w") as f:
+        for i, s in enumerate(scores):
+            for r, v in enumerate(s):
+                f.write(json.dumps({"index": i, "uid": uids[i], "run": r, "score": v, "n_tokens": 3,
+                                    "finish_reason": "stop"}) + "\n")
+    return folder
+
+
+def test_advise_reads_an_audit_and_reports_the_gate_measured_then_fitted(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    _, k, n = piles_and_spread(rng, 120)
+    audit = write_audit(tmp_path / "audit", [[1.0] * ki + [0.0] * (8 - ki) for ki in k])
+    assert main(["advise", str(audit), "--no-sim", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["prompts"] == 120 and out["runs"] == 8 and out["simulation"] is None
+    gate = {row["G"]: row for row in out["gate"]}
+    assert [gate[G]["measured"] for G in (2, 4, 8, 16, 32, 64)] == [True, True, True, False, False, False]
+    assert gate[8]["zero_variance"] == pytest.approx(_measured_zero_share(k, n, 8))  # the audit's own share
+    assert all(r["low"] <= r["zero_variance"] <= r["high"] for r in out["gate"])
+    assert [gate[G]["zero_variance"] for G in (2, 4, 8, 16, 32, 64)] == sorted(
+        [gate[G]["zero_variance"] for G in (2, 4, 8, 16, 32, 64)], reverse=True)  # larger groups mix more
+    assert (audit / "advice.json").is_file() and (audit / "advice.png").stat().st_size > 1000
+    assert "groups would carry no signal" in out["verdict"]
+
+
+def test_the_simulated_ceiling_is_below_uniform_on_a_pool_with_piles():
+    # the conditions map's main pool, Beta(0.5, 0.5): choosing the mixed prompts pays (chapter 11: 0.45)
+    rng = np.random.default_rng(4)
+    k = rng.binomial(8, rng.beta(0.5, 0.5, 420))
+    a = advise_counts(k, np.full(k.size, 8), group_size=8, seeds=2, boots=20)
+    ro = a.sim["ratios"]["rollouts"]
+    assert set(ro) == {"oracle_select", "oracle_alloc", "dapo", "greso", "uniform_g2", "uniform_g4", "uniform_g16", "uniform_g32"}
+    assert ro["oracle_select"]["ratio"] < 0.8
+    assert a.sim["world_prompts"] == sim_prompts(420) == 600 and sim_prompts(60) == 86
+    assert "curation can save at most about" in a.verdict
+
+
+def test_a_slimmed_audit_without_reasons_is_read():
+    k, n, warnings = read_counts(REPO / "data" / "audits" / "smollm2_gsm8k")
+    assert k.size == 32 and (n == 8).all() and any("token limit" in w for w in warnings)
+
+
+def _one_line_error(capsys, argv, *needles):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.parametrize("case", ["no-folder", "not-an-audit", "graded", "one-run", "few-prompts"])
+def test_bad_audits_are_refused_in_one_line(tmp_path, capsys, case):
+    rng = np.random.default_rng(5)
+    if case == "no-folder":
+        folder, needle = tmp_path / "missing", "no such folder"
+    elif case == "not-an-audit":
+        folder, needle = tmp_path / "plain", "not an audit folder"
+        folder.mkdir()
+    elif case == "graded":
+        folder, needle = write_audit(tmp_path / "g", [[0.5, 1.0, 0.0, 1.0]] * 30), "graded rewards"
+    elif case == "one-run":
+        folder, needle = write_audit(tmp_path / "o", [[float(v)] for v in rng.integers(0, 2, 50)]), "1 run per prompt"
+    else:
+        folder, needle = write_audit(tmp_path / "f", [[1.0, 0.0, 1.0, 1.0]] * 5), "at least 20"
+    _one_line_error(capsys, ["advise", str(folder), "--no-sim"], needle)
+
+
+@pytest.mark.parametrize("option,needle", [(["--group-size", "6"], "--group-size"), (["--rho", "-1"], "--rho"),
+                                           (["--seeds", "1"], "--seeds"), (["--close-gap", "1.5"], "--close-gap"),
+                                           (["--training", "full"], "--training"), (["--budget", "0"], "--budget")])
+def test_bad_options_are_refused_before_the_audit_is_read(tmp_path, capsys, option, needle):
+    _one_line_error(capsys, ["advise", str(tmp_path / "not-read"), *option], needle)
