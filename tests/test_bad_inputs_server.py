@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -130,10 +131,29 @@ USER = [{"role": "user", "content": "12+34="}]
     (CHAT, json.dumps({"messages": USER, "logprobs": 3}).encode(), 400, "logprobs", "logprobs must be true or false"),
     (CHAT, json.dumps({"messages": USER, "temperature": -1}).encode(), 400, "temperature", "temperature"),
     ("/embeddings", b"{}", 404, None, "no route POST /v1/embeddings"),
+    # issue #30: types, Unicode, the server's limits and the model's context
+    ("/completions", json.dumps({"prompt": "1", "stop": 5}).encode(), 400, "stop",
+     "stop must be a string or a list of non-empty strings, got 5"),
+    ("/completions", b'{"prompt": "1\\ud800"}', 400, "prompt", "not valid Unicode"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "\\udc00"}]}', 400, "messages", "not valid Unicode"),
+    ("/completions", json.dumps({"prompt": "1", "n": 50000}).encode(), 400, "n",
+     "n=50000 is over this server's limit of 64"),
+    ("/completions", json.dumps({"prompt": ["1"] * 20, "n": 64}).encode(), 400, "n",
+     "20 prompts x n=64 = 1280 sequences is over this server's limit of 1024"),
+    ("/completions", json.dumps({"prompt": "1", "max_tokens": 10**13}).encode(), 400, "max_tokens",
+     "max_tokens=10000000000000 is over this server's limit of 256"),
+    ("/completions", json.dumps({"prompt": "1" * 300, "max_tokens": 4}).encode(), 400, "prompt",
+     "prompt 0 has 300 tokens and max_tokens is 4: together more than the model's context of 256 tokens"),
+    ("/completions", json.dumps({"prompt": "1" * 250, "max_tokens": 10}).encode(), 400, "max_tokens",
+     "prompt 0 has 250 tokens and max_tokens is 10"),
+    (CHAT, json.dumps({"messages": [{"role": "user", "content": "1" * 300}]}).encode(), 400, "messages",
+     "no room to answer"),
 ], ids=["invalid-json", "body-not-object", "body-not-utf8", "unknown-model", "n-0", "negative-max-tokens",
         "max-completion-tokens-0", "missing-messages", "empty-messages", "wrong-role", "content-not-text",
         "role-the-template-rejects", "continue-without-assistant", "stream", "tools", "logprobs-not-bool",
-        "negative-temperature", "unknown-route"])
+        "negative-temperature", "unknown-route", "stop-not-text", "lone-surrogate", "lone-surrogate-chat",
+        "n-over-limit", "sequences-over-limit", "max-tokens-over-context", "prompt-over-context",
+        "prompt-and-max-tokens-over-context", "chat-over-context"])
 def test_bad_requests_get_an_openai_error_object(url, path, raw, status, param, needle):
     assert_error(post(url, path, raw), status, param, needle)
     still_serving(url)
@@ -343,3 +363,22 @@ def test_a_client_that_gives_up_is_no_traceback_on_the_server(engine, capfd):
     finally:
         stop(server)
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["port-range", "port-in-use", "bad-host"])
+def test_serve_refuses_an_address_it_cannot_listen_on_before_loading(capsys, case):
+    """`serve --port 99999`, a port another process holds and a host that does not resolve: one line each,
+    before the model loads (issue #30; before: a traceback after the model had loaded)."""
+    model = str(Path(__file__).resolve().parents[1] / "data" / "tiny" / "spread")
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        argv, needle = {"port-range": (["--port", "99999"], "a port is a number from 0 to 65535"),
+                        "port-in-use": (["--port", str(holder.getsockname()[1])], "another process holds the port"),
+                        "bad-host": (["--host", "nosuchhost.invalid"], "not an address this machine can listen on")}[case]
+        assert main(["serve", "--model", model, *argv]) == 2
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -137,6 +137,17 @@ def test_clip_low_that_leaves_no_lower_clip_is_refused(capsys, tmp_path):
     _train_refused(capsys, tmp_path, ["clip_low=2"], "clip_low must lie in [0, 1)", "no lower clip")
 
 
+def test_a_warmup_longer_than_the_run_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["warmup_steps=5", "steps=5"], "warmup_steps (5) must be fewer than the run's steps (5)",
+                   "never reach lr")
+    _train_refused(capsys, tmp_path, ["warmup_steps=20", "steps=100", "max_rollouts=640"],
+                   "fewer than the run's steps (5, the steps max_rollouts=640 allows at 16 x 8")
+
+
+def test_an_empty_out_dir_is_refused(capsys, tmp_path):
+    _train_refused(capsys, tmp_path, ["out_dir=''"], "out_dir must name a folder", "got ''")
+
+
 def test_config_that_is_a_list_is_refused(capsys, tmp_path):
     bad = tmp_path / "list.yaml"
     bad.write_text("- model: data/tiny/spread\n- steps: 3\n")

@@ -85,6 +85,7 @@ def _summarize(parser: argparse.ArgumentParser, args: argparse.Namespace, folder
     print(format_summary(summary))
     if written:
         print(f"written to {folder}")
+        print(f"next: rlcurate advise {folder}  (what curation could save on this pool, and the group size; chapter 11)")
     return 0
 
 

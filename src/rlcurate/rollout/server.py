@@ -30,7 +30,10 @@ Penalties other than neutral ones are refused rather than ignored. ``logprobs`` 
 :mod:`rlcurate.rollout.base`: ``log softmax(logits / T)`` of each sampled token; top log-probs hold
 only the sampled token. Without ``seed`` a random one is drawn. A bad request gets an OpenAI-style
 error object (``{"error": {"message", "type", "param", "code"}}``) with status 400 (404 for an
-unknown model or route). Requests are served one at a time (the engine batches within a request).
+unknown model or route): every field is checked (type, range, valid Unicode), a request over the server's
+limits (:class:`ServerLimits`: samples per prompt, sequences per request, new tokens) is refused, and so is a
+prompt that does not leave ``max_tokens`` of the model's context (never shortened silently). Requests are
+served one at a time (the engine batches within a request).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .base import SamplingParams
@@ -99,7 +103,11 @@ def _sampling(body: dict, max_tokens: int) -> dict:
     top_k = body.get("top_k", 0)
     if top_k is None or top_k == -1:
         top_k = 0
-    stop = body.get("stop") or ()
+    stop = body.get("stop")
+    if stop is None:
+        stop = ()
+    elif not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(x, str) and x for x in stop))):
+        raise RequestError(f"stop must be a string or a list of non-empty strings, got {stop!r}", param="stop")
     try:
         params = SamplingParams(
             temperature=1.0 if body.get("temperature") is None else body["temperature"],
@@ -122,6 +130,56 @@ def _sampling(body: dict, max_tokens: int) -> dict:
 def _check_body(body) -> None:
     if not isinstance(body, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+
+
+def _check_unicode(value, param: str | None = None) -> None:
+    """Refuse a string JSON can carry but UTF-8 cannot (a lone surrogate such as "\\ud800"), naming the field."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RequestError(f"{param or 'the body'} holds text that is not valid Unicode ({exc.reason} at "
+                               f"character {exc.start})", param=param) from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_unicode(k, param)
+            _check_unicode(v, param or str(k))
+    elif isinstance(value, list):
+        for v in value:
+            _check_unicode(v, param)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask for (``rlcurate serve --max-n --max-sequences --max-tokens``): a request over a
+    limit is answered 400 naming it, so that no client can hold the one model for minutes."""
+
+    max_n: int = 64
+    max_sequences: int = 1024
+    """prompts x n in one request"""
+    max_tokens: int | None = None
+    """completion tokens per sequence (None: the model's context)"""
+
+
+def check_limits(engine, req: dict, limits: ServerLimits) -> None:
+    """A parsed request against ``limits`` and the model's context: prompt tokens + ``max_tokens`` must fit in
+    it (the request is refused, never shortened)."""
+    n, prompts, m = req["n"], req["prompts"], req["params"].max_new_tokens
+    if n > limits.max_n:
+        raise RequestError(f"n={n} is over this server's limit of {limits.max_n} (rlcurate serve --max-n)", param="n")
+    if n * len(prompts) > limits.max_sequences:
+        raise RequestError(f"{len(prompts)} prompts x n={n} = {n * len(prompts)} sequences is over this server's "
+                           f"limit of {limits.max_sequences} (rlcurate serve --max-sequences)", param="n")
+    context = getattr(getattr(getattr(engine, "model", None), "config", None), "max_position_embeddings", None)
+    cap = limits.max_tokens or context
+    if cap and m > cap:
+        raise RequestError(f"max_tokens={m} is over this server's limit of {cap}", param="max_tokens")
+    if isinstance(context, int) and hasattr(engine, "encode"):
+        for i, ids in enumerate(engine.encode(prompts)):
+            if len(ids) + m > context:
+                raise RequestError(f"prompt {i} has {len(ids)} tokens and max_tokens is {m}: together more than the "
+                                   f"model's context of {context} tokens", param="max_tokens" if len(ids) < context
+                                   else "prompt")
 
 
 def parse_request(body: dict) -> dict:
@@ -188,7 +246,10 @@ def parse_chat_request(body: dict, engine) -> dict:
     n_prompt = len(engine.encode([text])[0]) if hasattr(engine, "encode") else 0
     context = getattr(getattr(getattr(engine, "model", None), "config", None), "max_position_embeddings", None)
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    room = max(1, context - n_prompt) if isinstance(context, int) else 16
+    if isinstance(context, int) and n_prompt >= context:
+        raise RequestError(f"the rendered messages have {n_prompt} tokens, the model's context {context}: no room "
+                           f"to answer", param="messages")
+    room = context - n_prompt if isinstance(context, int) else 16
     req = _sampling(body, _int_field(body, name, room, 1))
     logprobs = body.get("logprobs", False)
     if logprobs is not None and not isinstance(logprobs, bool):
@@ -287,12 +348,13 @@ def chat_response(engine, model_name: str, req: dict) -> dict:
 
 
 def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
-                model_name: str = "rlcurate") -> ThreadingHTTPServer:
+                model_name: str = "rlcurate", limits: ServerLimits | None = None) -> ThreadingHTTPServer:
     """An HTTP server (not yet started: call ``serve_forever``) that serves ``engine`` (chapter 4).
 
     ``port=0`` picks a free port; read it back from ``server.server_address[1]``.
     """
     lock = threading.Lock()
+    limits = limits or ServerLimits()
     routes = {"/v1/completions": (parse_request, completion_response),
               "/v1/chat/completions": (lambda body: parse_chat_request(body, engine), chat_response)}
 
@@ -346,11 +408,14 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
                 except ValueError as exc:  # also a body that is not UTF-8
                     raise RequestError(f"the request body is not valid JSON: {exc}") from None
                 _check_body(body)
+                _check_unicode(body)
                 if body.get("model") not in (None, model_name):
                     raise RequestError(f"the model {body['model']!r} does not exist; this server serves "
                                        f"{model_name!r}", status=404, param="model")
                 with lock:  # the tokenizer and the model, one request at a time
-                    payload = respond(engine, model_name, parse(body))
+                    req = parse(body)
+                    check_limits(engine, req, limits)
+                    payload = respond(engine, model_name, req)
             except RequestError as exc:
                 self._error(exc.status, str(exc), exc.param)
             except ValueError as exc:  # the engine's own input checks (e.g. a token id out of range)
@@ -375,6 +440,29 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse, in one line, a port outside 0-65535, a host that does not resolve and an address already in use,
+    by binding it once before anything expensive starts."""
+    import socket
+
+    from rlcurate.errors import UserError
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: a port is a number from 0 to 65535 (0 picks a free one)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host!r}: not an address this machine can listen on ({exc.strerror})") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds (allow_reuse_address)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UserError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); "
+                            f"{'another process holds the port: pick another, or --port 0 for a free one' if exc.errno == 98 else 'pick another address'}") from None
+
+
 def main(argv=None) -> None:
     """Command line (chapter 4): ``rlcurate serve --model PATH [--port P]``."""
     from rlcurate._help import ArgumentParser, HelpFormatter, wrap
@@ -393,10 +481,20 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default=None, help="e.g. cuda; default: where the model loads (CPU)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights' dtype")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--max-n", type=int, default=ServerLimits.max_n, help="most samples per prompt in one request")
+    ap.add_argument("--max-sequences", type=int, default=ServerLimits.max_sequences,
+                    help="most prompts x n in one request")
+    ap.add_argument("--max-tokens", type=int, default=None, help="most new tokens per sequence (default: the context)")
     args = ap.parse_args(argv)
+    from rlcurate.errors import UserError
+
+    for flag, v in (("--max-n", args.max_n), ("--max-sequences", args.max_sequences), ("--max-tokens", args.max_tokens)):
+        if v is not None and v < 1:
+            raise UserError(f"{flag} must be a whole number >= 1, got {v}")
     from rlcurate.models.hf import check_model_source
 
     check_model_source(args.model, flag="--model")  # a missing path: one line (rlcurate.errors), not a traceback
+    check_address(args.host, args.port)  # before the model loads, which can take minutes
 
     import torch
 
@@ -408,7 +506,8 @@ def main(argv=None) -> None:
     engine = TransformersEngine.from_pretrained(args.model, dtype=getattr(torch, args.dtype),
                                                 device=args.device, token_budget=args.token_budget)
     name = args.served_model_name or args.model
-    server = make_server(engine, args.host, args.port, name)
+    server = make_server(engine, args.host, args.port, name,
+                         ServerLimits(args.max_n, args.max_sequences, args.max_tokens))
     host, port = server.server_address[:2]
     print(f"rlcurate.rollout.server: serving {name!r} on http://{host}:{port}/v1", flush=True)
     try:

@@ -220,6 +220,15 @@ class TrainConfig:
         if not self.clip_low < 1:
             raise UserError(f"clip_low must lie in [0, 1): the ratio is kept above 1 - clip_low, and {self.clip_low!r} "
                             "would leave no lower clip")
+        uniform_steps = self.steps if not self.max_rollouts else min(
+            self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
+        if self.warmup_steps and self.warmup_steps >= uniform_steps:
+            raise UserError(f"warmup_steps ({self.warmup_steps}) must be fewer than the run's steps ({uniform_steps}"
+                            + (f", the steps max_rollouts={self.max_rollouts} allows at {self.prompts_per_step} x "
+                               f"{self.group_size} rollouts a step" if uniform_steps < self.steps else "")
+                            + "): the learning rate would never reach lr")
+        if not isinstance(self.out_dir, str) or not self.out_dir.strip():
+            raise UserError(f"out_dir must name a folder for the run's checkpoints and metrics, got {self.out_dir!r}")
         if not (self.clip_ratio_c == 0 or self.clip_ratio_c > 1):
             raise UserError(f"clip_ratio_c must be 0 (off) or > 1, got {self.clip_ratio_c!r}")
         from rlcurate.train.report import parse_report_to
