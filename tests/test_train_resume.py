@@ -161,6 +161,44 @@ def test_resume_refuses_nothing_and_truncates_metrics(tmp_path):
     assert _metrics(out) == full
 
 
+def test_a_fresh_run_owns_its_folder(tmp_path):
+    """resume=false removes an earlier run's checkpoints at the start: a later resume (the fresh run stopped
+    before its first checkpoint) starts from step 0 instead of mixing two runs (issue #30)."""
+    out = tmp_path / "run"
+    cfg = {**_config(out), "steps": 2, "eval_every": 0, "checkpoint_every": 1}
+    Trainer(TrainConfig.from_dict(cfg)).run()
+    assert (out / "checkpoint").exists()
+    fresh = Trainer(TrainConfig.from_dict({**cfg, "resume": False, "seed": 4}))
+    assert fresh.step == 0 and not (out / "checkpoint").exists() and not (out / "checkpoint.old").exists()
+    assert Trainer(TrainConfig.from_dict({**cfg, "seed": 4})).step == 0  # nothing stale to resume
+
+
+def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_last_one(tmp_path, monkeypatch):
+    """A checkpoint that cannot be written (no space left) is one line saying so, with the space left; no
+    checkpoint.tmp stays behind and the previous checkpoint is intact (issue #30)."""
+    import errno
+
+    import torch
+
+    from rlcurate.errors import UserError
+
+    out = tmp_path / "run"
+    cfg = {**_config(out), "steps": 2, "eval_every": 0, "checkpoint_every": 1}
+    tr = Trainer(TrainConfig.from_dict(cfg))
+    tr.run()
+    before = (out / "checkpoint" / "trainer.json").read_text()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(UserError, match=r"could not write the checkpoint of step 2 \(No space left on device; \d+ MiB "
+                                        r"free there\): the checkpoint at step 2 is kept"):
+        tr.save_checkpoint()
+    assert not (out / "checkpoint.tmp").exists()
+    assert (out / "checkpoint" / "trainer.json").read_text() == before
+
+
 def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):
     """Regression: such a step used to re-apply the previous step's gradient (found in chapter 5)."""
     import torch

@@ -206,8 +206,22 @@ class Trainer:
                 log.warning("resuming %s at step %d with a changed config: %s", self.out, self.step,
                             ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
         else:
+            self._own_folder()
             self.metrics.truncate(0)
         config.save(self.out / "config.json")
+
+    def _own_folder(self) -> None:
+        """A fresh run owns its folder: the checkpoints of an earlier run there are removed at the start, so
+        that a later resume (after this run is stopped before its first checkpoint) cannot pick them up and
+        mix two runs. The metrics are cut by the caller."""
+        import shutil
+
+        stale = [self.out / name for name in ("checkpoint", "checkpoint.old", "checkpoint.tmp")
+                 if (self.out / name).exists()]
+        for path in stale:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if stale:
+            log.warning("%s: a fresh run (resume=false) removed the checkpoint of an earlier run there", self.out)
 
     def _select_problems(self, task) -> None:
         """The prompt-length guard: training and held-out problems whose prompt has more than
@@ -335,19 +349,38 @@ class Trainer:
         old = self.out / "checkpoint.old"
         self.metrics.sync()  # the lines this checkpoint counts are on disk before it exists
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
-        (tmp / "trainer.json").write_text(json.dumps({
-            "step": self.step, "metrics_lines": self.metrics.lines, "totals": self.totals,
-            "curator": self.curator.state_dict(), "config": self.config.to_dict(),
-            "config_changes": self.config_changes}, indent=1))
+        try:
+            tmp.mkdir()
+            torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict(),
+                        "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+            (tmp / "trainer.json").write_text(json.dumps({
+                "step": self.step, "metrics_lines": self.metrics.lines, "totals": self.totals,
+                "curator": self.curator.state_dict(), "config": self.config.to_dict(),
+                "config_changes": self.config_changes}, indent=1))
+        except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
+            if isinstance(exc, RuntimeError) and "write" not in str(exc):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            free = shutil.disk_usage(self.out).free / 2**20
+            kept = f"the checkpoint at step {self._checkpoint_step()} is kept" if final.exists() or old.exists() \
+                else "no earlier checkpoint"
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+            raise UserError(f"{self.out}: could not write the checkpoint of step {self.step} ({reason}; "
+                            f"{free:.0f} MiB free there): {kept}; free some space and run the same command "
+                            f"to resume") from None
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
+
+    def _checkpoint_step(self) -> int | None:
+        for name in ("checkpoint", "checkpoint.old"):
+            meta = self.out / name / "trainer.json"
+            if meta.exists():
+                return int(json.loads(meta.read_text())["step"])
+        return None
 
     def load_checkpoint(self) -> None:
         path = self.out / "checkpoint"
