@@ -466,3 +466,26 @@ def test_a_test_split_export_fed_to_prefilter_says_to_audit_the_train_split(tmp_
     assert rlcurate(args) == 2
     line = one_error_line(capsys, str(mixed), "'test' split", "--split train", after_loading=True)
     assert line.startswith("rlcurate train: error: prefilter: no uid of ")
+
+
+def test_a_resume_after_the_model_at_the_path_was_replaced_is_refused(checkpoint, tmp_path):
+    """The audit records a hash of the checkpoint's weight files; a resume whose weights differ is refused
+    instead of mixing two models in one summary (issue #30; before: a warning blaming float rounding)."""
+    import shutil
+
+    from rlcurate.audit import AuditConfig, AuditError, run_audit
+    from rlcurate.models.tiny import save_tiny
+
+    model = tmp_path / "model"
+    shutil.copytree(checkpoint, model)
+    config = AuditConfig(model=str(model), task="arithmetic", task_kwargs=TASK_KW, runs=2, limit=8,
+                         max_new_tokens=5, chunk_size=4)
+    out = tmp_path / "audit"
+    run_audit(config, out, max_chunks=1)
+    recorded = json.loads((out / "config.json").read_text())["weights_sha256"]
+    assert len(recorded) == 64
+    save_tiny(build_tiny_model(dict(initializer_range=0.1), seed=1), build_tiny_tokenizer(), model)  # replaced
+    with pytest.raises(AuditError, match="are not those this audit began with"):
+        run_audit(config, out)
+    save_tiny(build_tiny_model(dict(initializer_range=0.1), seed=0), build_tiny_tokenizer(), model)  # put back
+    assert run_audit(config, out)["complete"]

@@ -83,6 +83,30 @@ __all__ = [
 ]
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+
+
+def weights_fingerprint(model: str) -> str | None:
+    """sha256 over the weight files of a local checkpoint folder (names and contents, in name order), so that a
+    resumed audit can tell that the model at a path was replaced; ``None`` for a Hub id or a name such as
+    ``smollm2`` that is not a folder here."""
+    import hashlib
+
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    files = sorted({f for pattern in WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
 def _check_same_audit(existing: dict, config: AuditConfig, uids: list[str], out_dir: Path) -> None:
     old = AuditConfig.from_dict(existing["config"]).identity()
     new = config.identity()
@@ -176,12 +200,20 @@ def _run_locked(config, out, engine, tokenizer, task, problems, uids, reward_fn,
                "chunks": 0, "batches": 0, "generated_tokens": 0, "reward_errors": 0, "resume_mismatches": 0,
                "load_s": 0.0, "generate_s": 0.0, "wall_s": 0.0, "complete": not todo, "stopped": None}
     info = {"format": FORMAT, "config": config.to_dict(), "samples": uids, "n_samples": n}
+    weights = weights_fingerprint(config.model) if config.backend == "transformers" else None
     if config_path.exists():
         old = read_config(out)
+        recorded = old.get("weights_sha256")
+        if todo and weights and recorded and recorded != weights:
+            raise AuditError(f"{out}: the weights at {config.model} are not those this audit began with (sha256 "
+                             f"{recorded[:12]}... recorded, {weights[:12]}... now); resuming would mix two models in "
+                             f"one audit: use another --out folder")
         info = {**old, "config": config.to_dict(), "samples": uids if len(uids) >= len(old["samples"]) else
                 old["samples"], "n_samples": n}
     else:
         info.update({"created": session["started"], "versions": package_versions(), "git_sha": git_state()[0]})
+    if weights:
+        info["weights_sha256"] = weights
     saved = len(done)
     try:
         try:
