@@ -124,3 +124,19 @@ def test_denormal_pass_rates_still_get_their_first_rollout():
     p = np.array([3.17e-295, 0.98, 5.0e-234, 7.2e-137])
     n = optimal_allocation(p, 4, "linear", n_min=0, n_max=5)
     assert n.tolist() == [1, 1, 1, 1]
+
+
+def test_allocations_refuse_a_batch_that_is_not_one_pass_rate_per_prompt_and_absurd_budgets():
+    """Issue #30: a 2-D p used to reach numpy's "truth value is ambiguous", and budget=10**18 with prompts
+    at p = 0 or 1 looped for ever handing out zero-gain rollouts one at a time."""
+    from rlcurate.stats import gvm_allocation, optimal_allocation
+
+    with pytest.raises(ValueError, match=r"one pass rate per prompt \(a 1-D array\), got an array of shape \(2, 2\)"):
+        optimal_allocation(np.array([[0.1, 0.5], [0.2, 0.3]]), 8)
+    with pytest.raises(ValueError, match=r"one pass rate per prompt"):
+        gvm_allocation(np.array([[0.1, 0.5]]), np.ones((1, 2)), 8)
+    with pytest.raises(ValueError, match=r"budget must be <= 2147483648"):
+        optimal_allocation([0.1, 0.5], 10**18)
+    # zero-gain prompts share what is left round-robin, at once even for the largest budget
+    assert optimal_allocation([0.0, 0.0, 1.0], 10).tolist() == [4, 3, 3]
+    assert optimal_allocation([0.0, 1.0, 0.5], 2**31).tolist() == [1, 1, 2**31 - 2]

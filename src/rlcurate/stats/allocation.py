@@ -47,7 +47,7 @@ def variance_coefficients(p, objective: str | Objective = "linear", grad_sq_norm
     f' is evaluated at the clipped pass rate of the objective, so c_i is always finite.
     """
     obj = get_objective(objective)
-    p_arr = np.atleast_1d(as_probability(p, "p"))
+    p_arr = _pass_rates_1d(p)
     sig2 = np.ones_like(p_arr) if grad_sq_norm is None else np.broadcast_to(
         as_finite(grad_sq_norm, "grad_sq_norm", nonnegative=True), p_arr.shape
     )
@@ -66,8 +66,20 @@ def allocation_variance(c, n) -> float:
         return float(np.sum(np.where(n > 0, c / np.where(n > 0, n, 1), 0.0)))
 
 
+MAX_BUDGET = 2**31
+"""The most rollouts an allocation hands out (n (n + 1) stays exact in 64-bit integers below it)."""
+
+
+def _pass_rates_1d(p) -> np.ndarray:
+    """One pass rate per prompt, a 1-D array (a scalar is one prompt)."""
+    arr = np.atleast_1d(as_probability(p, "p"))
+    if arr.ndim != 1:
+        raise ValueError(f"p must be one pass rate per prompt (a 1-D array), got an array of shape {arr.shape}")
+    return arr
+
+
 def _check_budget(B: int, budget, n_min: int, n_max: int | None) -> tuple[int, int, int]:
-    budget = as_int(budget, "budget", minimum=0)
+    budget = as_int(budget, "budget", minimum=0, maximum=MAX_BUDGET)
     n_min = as_int(n_min, "n_min", minimum=0)
     n_max = budget if n_max is None else as_int(n_max, "n_max", minimum=0)
     if n_max < n_min:
@@ -107,11 +119,33 @@ def optimal_allocation(p, budget: int, objective: str | Objective = "linear", n_
     heap = [(-gain(i), int(n[i]), i) for i in range(B) if n[i] < n_max]
     heapq.heapify(heap)
     while remaining > 0:
+        if heap[0][0] == 0:  # every gain left is 0: the rest goes round-robin, in closed form
+            return _round_robin(n, remaining, n_max)
         _, _, i = heapq.heappop(heap)
         n[i] += 1
         remaining -= 1
         if n[i] < n_max:
             heapq.heappush(heap, (-gain(i), int(n[i]), i))
+    return n
+
+
+def _round_robin(n: np.ndarray, remaining: int, n_max: int) -> np.ndarray:
+    """Hand out ``remaining`` rollouts one at a time to the prompt with the fewest so far (then the lower
+    index), none above ``n_max``: the greedy loop's order when all gains are equal, as water-filling."""
+    n = n.copy()
+    lo, hi = int(n.min()), n_max  # the fill level L: every prompt raised to min(L, n_max)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if int(np.sum(np.clip(mid - n, 0, None))) <= remaining:
+            lo = mid
+        else:
+            hi = mid - 1
+    fill = np.clip(lo - n, 0, None)
+    n += fill
+    left = remaining - int(fill.sum())
+    order = [i for i in np.lexsort((np.arange(n.size), n)) if n[i] < n_max]
+    for i in order[:left]:
+        n[i] += 1
     return n
 
 
@@ -208,7 +242,7 @@ def gvm_allocation(p, grad_norm, budget: int, alpha: float = 1e-3, beta: float =
     p_i * budget * s_i / sum s (the shares before either filter) fall below it; the remaining shares are
     then renormalised.
     """
-    p_arr = np.atleast_1d(as_probability(p, "p"))
+    p_arr = _pass_rates_1d(p)
     g = np.broadcast_to(as_finite(grad_norm, "grad_norm", nonnegative=True), p_arr.shape)
     budget = as_int(budget, "budget", minimum=0)
     alpha = float(as_finite(alpha, "alpha", nonnegative=True))
@@ -238,7 +272,7 @@ def escalation_cost(p, schedule: Sequence[int] = (4, 32, 256), reuse: bool = Tru
     sample of one). Returns the expected cost, the share of prompts first solved at each tier, the
     share never solved, and the cost of giving every prompt the last tier.
     """
-    p_arr = np.atleast_1d(as_probability(p, "p"))
+    p_arr = _pass_rates_1d(p)
     K = [as_int(k, "schedule entry", minimum=1) for k in schedule]
     if not K:
         raise ValueError("schedule must hold at least one tier")
