@@ -455,3 +455,16 @@ def test_train_subset_restricts_the_pool_to_the_audited_prompts(tmp_path):
     f.write_text(json.dumps({"uid": "nope"}) + "\n")
     with pytest.raises(UserError, match="none of its 1 uids"):
         train_subset(cfg, problems)
+
+
+def test_a_config_names_its_checkpoint_relative_to_the_repository_from_any_folder(tmp_path, monkeypatch, capsys):
+    """Issue #30: `model: data/tiny/spread` worked only from the repository root. A relative path that does not
+    exist from the current folder is read from the folders above the config file; one found nowhere says which
+    folder a relative path is read from."""
+    from rlcurate.train import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    cfg = TrainConfig.load(TINY_CFG)
+    assert Path(cfg.model).is_absolute() and (Path(cfg.model) / "config.json").is_file()
+    _train_refused(capsys, tmp_path, ["model=./no/such/checkpoint"], "no such checkpoint directory",
+                   f"a relative path is read from the current folder {tmp_path}")

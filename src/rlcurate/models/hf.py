@@ -167,7 +167,8 @@ def check_model_source(name_or_path, flag: str = "model") -> None:
         if not (path / "config.json").is_file():
             raise UserError(f"{flag}={name!r} is a directory but holds no config.json (not a checkpoint)")
     elif not _HUB_ID.match(name):
-        raise UserError(f"{flag}={name!r}: no such checkpoint directory (and not a Hub id such as owner/name)")
+        where = "" if path.is_absolute() else f"; a relative path is read from the current folder {Path.cwd()}"
+        raise UserError(f"{flag}={name!r}: no such checkpoint directory (and not a Hub id such as owner/name){where}")
 
 
 def load_causal_lm(

@@ -284,7 +284,9 @@ class TrainConfig:
         if not isinstance(data, dict):
             raise UserError(f"{path}: the config must be a mapping of keys to values, got a {type(data).__name__}")
         source = f"{path} (with --set)" if overrides else str(path)
-        return cls.from_dict(apply_overrides(data, overrides or []), source=source)
+        data = apply_overrides(data, overrides or [])
+        data["model"] = _beside(data.get("model"), Path(path))
+        return cls.from_dict(data, source=source)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -293,6 +295,19 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def _beside(model, config_path: Path):
+    """A relative model path that does not exist from the current folder, read from the first folder above
+    the config file that holds it (configs name checkpoints relative to the repository root, so that
+    ``rlcurate train --config ../rlcurate/configs/tiny_uniform.yaml`` works from anywhere); else unchanged."""
+    if not isinstance(model, str) or not model or Path(model).is_absolute() or Path(model).exists() \
+            or not ("/" in model or model.startswith(".")):
+        return model
+    for parent in config_path.resolve().parents:
+        if (parent / model / "config.json").is_file():
+            return str(parent / model)
+    return model
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
