@@ -194,3 +194,22 @@ def test_train_cli_applies_the_preset(tmp_path, capsys, monkeypatch):
     assert main(["train", "--set", "model=smollm2", "--set", "task_kwargs={style: tiny}",
                  "--set", f"out_dir={out}"]) == 0
     assert seen["task_kwargs"] == {"style": "tiny"} and "chat style" not in capsys.readouterr().err
+
+
+def test_help_lists_every_task_and_strategy_and_explains_each_option(capsys):
+    """Issue #30: train --help left out the math task and dro_filter (a docstring's list went stale), compare's
+    --currency had no help, and plan without arguments printed its prefix twice."""
+    from rlcurate.cli import main
+    from rlcurate.curation.registry import available
+    from rlcurate.tasks import available_tasks
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in available_tasks()) and all(name in text for name in available())
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    assert "the compute axis" in capsys.readouterr().out
+    assert main(["plan"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("rlcurate plan") == 1 and "give --config or --suite" in err

@@ -44,7 +44,7 @@ def _train(argv: list[str]) -> int:
         prog="rlcurate train", description=wrap(
             "GRPO training with a pluggable curation strategy (chapter 5). With model smollm2 and the "
             "arithmetic task, the task's chat style is used unless task_kwargs give a style."),
-        formatter_class=HelpFormatter, epilog=_config_keys_help(TrainConfig, field_docs()))
+        formatter_class=HelpFormatter, epilog=_config_keys_help(TrainConfig, _live_docs(field_docs())))
     parser.add_argument("--config", help="YAML file with config keys (defaults for the rest)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key; values are parsed as YAML (repeatable)")
@@ -70,6 +70,16 @@ def _train(argv: list[str]) -> int:
     print(json.dumps({"out_dir": config.out_dir, "first_eval": summary["first_eval"],
                       "final_eval": summary["final_eval"]}, indent=2))
     return 0
+
+
+def _live_docs(docs: dict[str, str]) -> dict[str, str]:
+    """The task and strategy keys' help with the names the registries hold now (a docstring's list goes stale)."""
+    from rlcurate.curation.registry import available
+    from rlcurate.tasks import available_tasks
+
+    return {**docs, "task": f"Prompt source and verifier: {', '.join(available_tasks())}.",
+            "strategy": f"Curation strategy (chapters 6-11): {', '.join(available())}; combine a selector with a "
+                        f"sampler as insight+dapo ('rlcurate strategies NAME' describes one)."}
 
 
 def _config_keys_help(cls, docs: dict[str, str]) -> str:

@@ -32,7 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--measure", default="final", choices=["final", "area", "cost", "to_target"],
                    help="accuracy at the budget, area under the curve, accuracy at a budget in --currency, or the "
                         "rollouts to the target the suite's endpoint declares (chapter 11: paired ratios)")
-    p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES))
+    p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES),
+                   help="the compute axis: generated rollouts; rollouts + rho x rollouts trained, sparse (this "
+                        "trainer: non-zero advantages) or dense (verl: every kept rollout); generated + trained "
+                        "tokens; optimizer steps (the papers' currency) (chapter 10)")
     p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts)")
     p.add_argument("--plot", metavar="FILE", help="also draw the forest of the table and each arm's mean curve with "

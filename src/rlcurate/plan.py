@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="override a config key")
     args = p.parse_args(argv)
     if not args.config and not args.suite:
-        raise UserError("rlcurate plan: give --config or --suite")
+        raise UserError("give --config or --suite")
     if args.gpu not in GPUS:
         raise UserError(f"--gpu {args.gpu!r}: unknown; known: {', '.join(GPUS)}")
     prompt = tuple(args.prompt_tokens) if args.prompt_tokens else None

@@ -33,14 +33,13 @@ class TrainConfig:
     """Policy to start from: a local checkpoint directory, a Hugging Face Hub id such as
     ``Qwen/Qwen2.5-0.5B-Instruct``, or ``smollm2`` for the offline SmolLM2-135M-Instruct."""
     task: str = "arithmetic"
-    """Prompt source and verifier (``arithmetic``, ``gsm8k``, ``math500``, ``math_l3to5``, ``countdown``)."""
+    """Prompt source and verifier (:func:`rlcurate.tasks.available_tasks`: ``arithmetic``, ``gsm8k``, ``math``,
+    ``math500``, ``math_l3to5``, ``countdown``)."""
     task_kwargs: dict = field(default_factory=dict)
     """Keyword arguments of the task, e.g. ``{levels: [add2, add3], n_train: 2000}`` for arithmetic."""
     strategy: str = "uniform"
-    """Curation strategy (chapters 6-10): ``uniform``, ``dapo``, ``prefilter``, ``ada_seq_balanced``,
-    ``ada_seq_positive``, ``ada_est``, ``gvm``, ``insight``, ``mopps``, ``expected_difficulty``,
-    ``inverse_evidence``, ``sage``, ``sage_light``, ``dro``; combine a selector with a sampler as
-    ``insight+ada_seq_balanced``."""
+    """Curation strategy (chapters 6-11; :func:`rlcurate.curation.registry.available` lists them, ``rlcurate
+    strategies`` describes them); combine a selector with a sampler as ``insight+ada_seq_balanced``."""
     strategy_kwargs: dict = field(default_factory=dict)
     """Keyword arguments of the strategy (its paper's defaults otherwise)."""
     seed: int = 0
