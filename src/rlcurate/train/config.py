@@ -219,13 +219,6 @@ class TrainConfig:
         if not self.clip_low < 1:
             raise UserError(f"clip_low must lie in [0, 1): the ratio is kept above 1 - clip_low, and {self.clip_low!r} "
                             "would leave no lower clip")
-        uniform_steps = self.steps if not self.max_rollouts else min(
-            self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
-        if self.warmup_steps and self.warmup_steps >= uniform_steps:
-            raise UserError(f"warmup_steps ({self.warmup_steps}) must be fewer than the run's steps ({uniform_steps}"
-                            + (f", the steps max_rollouts={self.max_rollouts} allows at {self.prompts_per_step} x "
-                               f"{self.group_size} rollouts a step" if uniform_steps < self.steps else "")
-                            + "): the learning rate would never reach lr")
         if not isinstance(self.out_dir, str) or not self.out_dir.strip():
             raise UserError(f"out_dir must name a folder for the run's checkpoints and metrics, got {self.out_dir!r}")
         if not (self.clip_ratio_c == 0 or self.clip_ratio_c > 1):
@@ -286,6 +279,19 @@ class TrainConfig:
         data = apply_overrides(data, overrides or [])
         data["model"] = _beside(data.get("model"), Path(path))
         return cls.from_dict(data, source=source)
+
+    def warmup_note(self) -> str | None:
+        """Why the warm-up cannot finish, or ``None``: ``warmup_steps`` at or past the steps the run takes
+        (``steps``, or fewer when ``max_rollouts`` stops a uniform run first), so the rate never reaches ``lr``.
+        A warning, not an error: a short trial of a long config (a chapter's dry run) cuts the steps on purpose."""
+        steps = self.steps if not self.max_rollouts else min(
+            self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
+        if not self.warmup_steps or self.warmup_steps < steps:
+            return None
+        return (f"warmup_steps ({self.warmup_steps}) is not fewer than the run's steps ({steps}"
+                + (f", the steps max_rollouts={self.max_rollouts} allows at {self.prompts_per_step} x "
+                   f"{self.group_size} rollouts a step" if steps < self.steps else "")
+                + f"): the learning rate never reaches lr={self.lr:g}")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -209,6 +209,8 @@ class Trainer:
             self._own_folder()
             self.metrics.truncate(0)
         config.save(self.out / "config.json")
+        if config.warmup_note():
+            log.warning("%s", config.warmup_note())
 
     def _own_folder(self) -> None:
         """A fresh run owns its folder: the checkpoints of an earlier run there are removed at the start, so
