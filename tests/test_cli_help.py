@@ -3,14 +3,18 @@ descriptions, ``python -m rlcurate``, and the SmolLM2 preset of the arithmetic t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from rlcurate._help import plain
 from rlcurate.cli import main
 from rlcurate.presets import task_kwargs_for
+
+REPO = Path(__file__).resolve().parents[1]
 
 RST = ("``", ":class:", ":func:", ":mod:", ":meth:", "python -m rlcurate.")
 
@@ -213,3 +217,20 @@ def test_help_lists_every_task_and_strategy_and_explains_each_option(capsys):
     assert main(["plan"]) == 2
     err = capsys.readouterr().err
     assert err.count("rlcurate plan") == 1 and "give --config or --suite" in err
+
+
+def test_train_ends_with_a_short_table_and_no_loading_bars(tmp_path, capfd):
+    """Issue #30: train used to end with 45 lines of JSON at 16 digits (the last step's training metrics in
+    final_eval) and every command printed transformers' loading bars."""
+    from rlcurate.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(REPO / "configs" / "tiny_uniform.yaml"), "--set", "steps=2", "--set",
+                 "eval_every=2", "--set", "eval_prompts=8", "--set", "eval_samples=2", "--set", f"out_dir={out}",
+                 "--set", "save_model=false", "--set", "progress=false"]) == 0
+    captured = capfd.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert lines[0].split() == ["out_dir", str(out)] and lines[-1].split() == ["summary", str(out / "summary.json")]
+    assert len(lines) <= 12 and "accuracy" in captured.out and "grad_norm" not in captured.out
+    assert "Loading weights" not in captured.err
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2

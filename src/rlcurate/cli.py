@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
 
@@ -67,9 +68,32 @@ def _train(argv: list[str]) -> int:
     from rlcurate.train import Trainer
 
     summary = Trainer(config, task=task, curator=curator).run()
-    print(json.dumps({"out_dir": config.out_dir, "first_eval": summary["first_eval"],
-                      "final_eval": summary["final_eval"]}, indent=2))
+    print(format_train_summary(summary, config.out_dir))
     return 0
+
+
+def format_train_summary(summary: dict, out_dir: str) -> str:
+    """What ``rlcurate train`` prints at the end: the held-out evaluation at the start and at the end, the
+    run's size and time; the whole summary is ``out_dir/summary.json``."""
+    first, final = summary.get("first_eval") or {}, summary.get("final_eval") or {}
+    totals = summary.get("totals") or {}
+    lines = [f"{'out_dir':<16}{out_dir}"]
+    if "steps" in summary:
+        lines.append(f"{'steps':<16}{summary['steps']} ({totals.get('rollouts', 0):,} rollouts, "
+                     f"{totals.get('generated_tokens', 0):,} generated tokens)")
+    keys = [k for k in final if k.startswith("eval/") and k != "eval/grid"]
+    if keys:
+        lines.append(f"{'held-out':<16}{'start':>8}{'end':>8}")
+        for k in keys:
+            start = first.get(k)
+            lines.append(f"  {k[5:]:<14}{'' if start is None else f'{start:.3f}':>8}{final[k]:>8.3f}")
+    else:
+        lines.append(f"{'held-out':<16}no evaluation (eval_every = 0)")
+    if any(k.startswith("time/") for k in totals):
+        lines.append(f"{'time':<16}" + ", ".join(f"{k[5:]} {totals[k]:.0f} s" for k in ("time/generate", "time/train",
+                                                                                     "time/eval") if k in totals))
+    lines.append(f"{'summary':<16}{Path(out_dir) / 'summary.json'}")
+    return "\n".join(lines)
 
 
 def _live_docs(docs: dict[str, str]) -> dict[str, str]:
@@ -211,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlcurate {version('rlcurate')}")
         return 0
     cmd, rest = argv[0], argv[1:]
+    # transformers' "Loading weights" bar (and the Hub's) on every command is noise; HF_HUB_DISABLE_PROGRESS_BARS=0
+    # brings them back (for a long download, say). The commands' own progress bars are not affected.
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if cmd == "help":  # rlcurate help [COMMAND]
         if not rest:
             print(USAGE, end="")
