@@ -102,3 +102,11 @@ def test_compare_plot_draws_the_forest_and_the_curves(runs, tmp_path, capsys):
                     "--plot", "give a file ending in .png, .pdf, .svg")
     _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(tmp_path / "none"), "--plot",
                              str(tmp_path / "missing" / "p.png")], "folder", "does not exist")
+
+
+def test_compare_says_what_a_failing_a_a_control_means(capsys):
+    """Issue #30: the committed table showed uniform_aa at p 0.021 with nothing saying what a failing control
+    means for the other rows."""
+    assert main(["compare", "--suite", str(SUITE)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: the A/A control uniform_aa excludes no difference" in out and "is not evidence" in out

@@ -102,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
             print(f"{arm:<20}{r.n:>6}{r.ratio:>8.2f}{f'[{r.low:.2f}, {r.high:.2f}]':>18}{r.p_t:>8.3f}{holm}"
                   f"{r.saving_bound:>14.0%}{r.censored:>10d}")
+        _control_note({a: not (r.low <= 1 <= r.high) for a, r in ratios.items() if a in controls})
         _plot(args, {a: r for a, r in ratios.items() if a != args.baseline}, results, controls, suite, ratio=True)
         return 0
     table = compare_arms(values, args.baseline, args.control)
@@ -114,8 +115,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
         print(f"{arm:<20}{r.n:>6}{np.mean(list(values[arm].values())):>8.3f}{r.mean:>+9.3f}"
               f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>20}{r.p_t:>8.3f}{r.p_sign_flip:>10.3f}{holm}")
+    _control_note({a: not r.covers_zero for a, r in table.items() if a in controls})
     _plot(args, table, results, controls, suite)
     return 0
+
+
+def _control_note(failed: dict[str, bool]) -> None:
+    """What an A/A control says about the table: the same arm twice must cover no difference (chapter 10)."""
+    bad = [a for a, f in failed.items() if f]
+    if bad:
+        print(f"warning: the A/A control {', '.join(bad)} excludes no difference, though it differs from the baseline "
+              f"only in prompt order: the seeds vary more than the intervals assume, so a difference of that size "
+              f"in any arm is not evidence; add seeds or model the order (chapter 10)")
+    elif failed:
+        print(f"A/A control {', '.join(failed)}: covers no difference, as it should")
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
