@@ -77,6 +77,8 @@ class Advice:
     verdict: str
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    shares: np.ndarray | None = None
+    """The audit's per-prompt shares k / n (for the plot; not in the JSON)."""
 
     def to_dict(self) -> dict[str, Any]:
         return _finite({"format": "rlcurate-advice/1", "audit": self.audit, "prompts": self.prompts,
@@ -340,7 +342,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
                   sim=result, verdict=_verdict(result, gate, group_size), warnings=list(warnings),
-                  seconds=time.perf_counter() - t0)
+                  seconds=time.perf_counter() - t0, shares=k / n)
 
 
 def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap) -> None:
@@ -390,14 +392,18 @@ def render(a: Advice) -> str:
 
 
 def plot(a: Advice, path) -> None:
-    """The pool's pass rates (fitted density over the audit's raw shares) and the gate at each G."""
+    """The pool's pass rates (the audit's raw shares and the fitted density) and the gate at each G, measured
+    and extrapolated."""
     import matplotlib
 
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     x = np.linspace(0.002, 0.998, 400)
+    if a.shares is not None:  # the audit's raw shares k / n, one bar per possible count
+        bins = (np.arange(a.runs + 2) - 0.5) / a.runs  # one bar centred on each k / n
+        ax1.hist(a.shares, bins=bins, density=True, color="0.8", label=f"raw shares in {a.runs} runs")
     ax1.plot(x, a.fit.pdf(x), color="black", label="fitted pass-rate density")
     ax1.set(xlabel="pass rate p", ylabel="density", title=f"{a.prompts} prompts x {a.runs} runs",
             ylim=(0, min(8.0, float(a.fit.pdf(x).max()) * 1.1)))
@@ -408,8 +414,10 @@ def plot(a: Advice, path) -> None:
     ax2.fill_between(G, [r["low"] for r in a.gate], [r["high"] for r in a.gate], color="0.85", label="95% interval")
     ax2.plot(G[measured], z[measured], "o-", color="black", label="measured")
     ax2.plot(G[~measured], z[~measured], "o--", color="grey", mfc="white", label="fitted")
-    ax2.set(xscale="log", xticks=G, xticklabels=G, xlabel="group size G", ylabel="zero-variance groups", ylim=(0, 1),
+    ax2.set(xscale="log", xlabel="group size G", ylabel="zero-variance groups", ylim=(0, 1),
             title="the gate at each group size")
+    ax2.set_xticks(G, [str(g) for g in G])
+    ax2.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax2.legend(frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
