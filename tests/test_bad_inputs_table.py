@@ -16,3 +16,17 @@ def test_every_test_named_in_the_bad_inputs_table_exists():
     named = {n for r in rows for n in re.findall(r"\b(test_\w+)", r)} - {f.stem for f in TESTS.glob("test_*.py")}
     assert named, "the table names no test"
     assert not named - defined, f"tests named in BAD_INPUTS.md that do not exist: {sorted(named - defined)}"
+
+
+def test_the_counts_section_matches_the_rows():
+    """The table's closing counts by verdict (issue #30) are those of its rows."""
+    import collections
+
+    text = (TESTS / "BAD_INPUTS.md").read_text()
+    rows = [r for r in text.splitlines() if re.match(r"\| ?[A-Z]?\d+ ", r)]
+    counts = collections.Counter(re.split(r"(?<!\\)\|", r.strip().strip("|"))[3].split()[0].rstrip(",;") for r in rows)
+    assert set(counts) <= {"refused", "handled", "warned", "stopped"}, counts
+    stated = text[text.index("## Counts"):]
+    assert f"{len(rows)} bad inputs: {counts['refused']} refused" in stated
+    assert f"{counts['handled']} handled" in stated and f"{counts['warned']} warned" in stated
+    assert f"{counts['stopped']} stopped" in stated
