@@ -448,6 +448,7 @@ class Trainer:
         """The training steps of :meth:`run`; after each step, a stop signal (``stop``) saves a checkpoint
         of that step and raises :class:`~rlcurate.errors.Stopped` (the same command resumes it)."""
         c = self.config
+        held_out = None  # the last held-out accuracy, shown in the bar
         while self.step < c.steps and not self._budget_spent():
             t0 = time.perf_counter()
             before = self.totals["rollouts"]
@@ -457,13 +458,17 @@ class Trainer:
             grid = self._grid_crossed(before, self.totals["rollouts"])
             if (c.eval_every and self.step % c.eval_every == 0) or grid is not None or (
                     last and (c.eval_every or c.eval_every_rollouts)):
+                bar.set_description("eval")  # an evaluation can take as long as several steps
                 record.update(self.evaluate())
+                bar.set_description("train")
+                held_out = record["eval/accuracy"]
                 if c.eval_every_rollouts:
                     record["eval/grid"] = grid if grid is not None else self.totals["rollouts"]
             record["time/step"] = time.perf_counter() - t0
             self.metrics.write(record)
             bar.update(1)
-            bar.set_postfix(reward=f"{record['reward_mean']:.2f}", eff=f"{record['effective_prompt_ratio']:.2f}")
+            bar.set_postfix(reward=f"{record['reward_mean']:.2f}", eff=f"{record['effective_prompt_ratio']:.2f}",
+                            **({"held_out": f"{held_out:.3f}"} if held_out is not None else {}))
             if last:
                 break
             if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or stop.requested:
