@@ -212,3 +212,43 @@ def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):
     assert out["grad_norm"] == 0.0 and out["loss"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
     assert len(tr.scheduler.get_last_lr()) == len(lr_before)  # the schedule moved on without error
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_killed_runs_leaves_no_orphan_and_its_run_resumes(tmp_path, small_reference):
+    """SIGKILL to `rlcurate runs` (no chance to pass anything on): its `train` child gets SIGTERM from the
+    kernel, checkpoints at the end of its step and ends instead of training on, orphaned; the next run of
+    the command resumes it to the uninterrupted metrics (issue #30)."""
+    suite = tmp_path / "suite.yaml"
+    cfg = _small(tmp_path / "unused")
+    cfg.pop("out_dir")
+    suite.write_text(yaml.safe_dump({"name": "kill_test", "base": "configs/tiny_uniform.yaml", "overrides": cfg,
+                                     "seeds": [3], "runs": {"uniform": {}}}))
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    cmd = [sys.executable, "-m", "rlcurate.cli", "runs", "--suite", str(suite), "--out", str(out),
+           "--scratch", str(scratch)]
+    proc = _start(cmd, scratch / "uniform_s3" / "metrics.jsonl", 3)
+    child_cfg = str(scratch / "uniform_s3.yaml")
+
+    def children():
+        found = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and child_cfg in (d / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(d.name))
+            except OSError:
+                continue
+        return found
+
+    assert children(), "the train child is running"
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.time() + 120
+    while children() and time.time() < deadline:
+        time.sleep(0.2)
+    assert not children(), "the train child outlived `runs`"
+    assert (scratch / "uniform_s3" / "checkpoint").is_dir()
+    from rlcurate.cli import main
+
+    assert main(["train", "--config", child_cfg]) == 0
+    assert _metrics(scratch / "uniform_s3") == small_reference

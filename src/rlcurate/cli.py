@@ -39,7 +39,10 @@ with the arithmetic task it picks the task's chat style.
 
 
 def _train(argv: list[str]) -> int:
+    from rlcurate.stopping import end_with_parent
     from rlcurate.train.config import TrainConfig, field_docs
+
+    end_with_parent()  # a run started by `rlcurate runs` stops at a checkpoint when `runs` dies
 
     parser = ArgumentParser(
         prog="rlcurate train", description=wrap(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,7 @@ import yaml
 
 from rlcurate.errors import Stopped, UserError
 from rlcurate.runs_progress import SuiteProgress
-from rlcurate.stopping import STOP_SIGNALS, StopRequest, catch_stop_signals
+from rlcurate.stopping import PARENT_ENV, STOP_SIGNALS, StopRequest, catch_stop_signals
 from rlcurate.train.config import TrainConfig, read_yaml
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,10 @@ def run_one(suite: dict[str, Any], name: str, seed: int, out: Path, scratch: Pat
     cmd = [sys.executable, "-m", "rlcurate.cli", "train", "--config", str(cfg_file)]
     start = time.perf_counter()
     # its own session: a Ctrl-C in the terminal reaches `runs` alone, which passes it on once (main)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # and it ends with `runs`, even a `runs` killed with SIGKILL (rlcurate.stopping.end_with_parent)
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=env)
     with _CHILDREN_LOCK:
         _CHILDREN.add(proc)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from typing import Callable, Iterator
 
@@ -62,3 +63,23 @@ def catch_stop_signals(on_signal: Callable[[int], None] | None = None,
     finally:
         for s, h in previous.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+PARENT_ENV = "RLCURATE_END_WITH_PARENT"
+"""Set by ``rlcurate runs`` to its process id in the environment of each ``train`` process it starts."""
+
+
+def end_with_parent() -> None:
+    """In a process started by ``rlcurate runs`` (:data:`PARENT_ENV` holds the parent's pid), ask Linux for a
+    SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``): a ``runs`` killed even with SIGKILL then
+    leaves no training running on, orphaned; each child checkpoints at the end of its step and stops, and
+    the next ``runs`` resumes it. A no-op elsewhere, and outside ``runs``."""
+    pid = os.environ.get(PARENT_ENV)
+    if not pid or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != int(pid):  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
