@@ -197,6 +197,11 @@ def test_prefilter_and_errors(parquet, tokenizer, tmp_path):
     bad = data_config(parquet, strategy="dapo")
     with pytest.raises(ValueError, match="acts on responses"):
         make_loader(parquet, tokenizer, bad)
+    # a selector that needs this package's step is refused when the sampler is built, not at its first draw
+    # (issue #32: dro_filter used to be accepted, then its first select raised)
+    for name, why in (("dro_filter", "scores them with the policy"), ("oracle_select", "audits the trainer runs")):
+        with pytest.raises(ValueError, match=f"cannot run in another trainer's sampler: .*{why}"):
+            make_loader(parquet, tokenizer, data_config(parquet, strategy=name))
     workers = data_config(parquet, strategy="insight")
     workers.dataloader_num_workers = 2
     with pytest.raises(ValueError, match="num_workers"):

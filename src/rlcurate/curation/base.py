@@ -362,6 +362,10 @@ class Selector(Part):
     order (stream ``epoch_order``)."""
 
     name = "uniform"
+    needs_trainer: str | None = None
+    """Why this selector runs only inside this package's step (it generates or scores with the policy), or
+    ``None``: it chooses from prompt indices and the rewards it observes alone, so another trainer can host it
+    (:mod:`rlcurate.interop`; an adapter refuses the others when it is built)."""
 
     def __init__(self):
         self.epoch = 0

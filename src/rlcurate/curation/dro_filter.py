@@ -177,6 +177,8 @@ class DroFilterSelector(Selector):
     """
 
     name = "dro_filter"
+    needs_trainer = ("it generates rollouts of its candidate queries and scores them with the policy's "
+                     "log-probabilities before choosing")
 
     def __init__(self, every: int | None = None, rollouts: int = 16, drop_fraction: float = 0.25,
                  rank_fraction: float = 0.1, rank_top_k: int = 10, carry_over: float = 0.1,

@@ -102,6 +102,7 @@ class OracleSelector(Selector):
     (where the pass rates are exact and free, every step is an audit and the rule never binds)."""
 
     name = "oracle_select"
+    needs_trainer = "it reads every prompt's pass rate from audits the trainer runs (or the simulated world's exact ones)"
 
     def __init__(self, refresh: int = 5, runs: int = 8, exact: bool = True):
         super().__init__()

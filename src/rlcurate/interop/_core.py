@@ -60,6 +60,9 @@ def resolve_selector(strategy: str | Selector | Curator, **kwargs) -> Selector:
                 f"are drawn; a sampler cannot run it. Prompt-level strategies: {', '.join(PROMPT_LEVEL_STRATEGIES)}. "
                 "The response-level ones need trainer hooks (appendix A2, 'Scaling out with verl').")
         selector = curator.selector
+    if selector.needs_trainer:
+        raise ValueError(f"strategy {selector.name!r} cannot run in another trainer's sampler: {selector.needs_trainer}. "
+                         f"Prompt-level strategies that can: {', '.join(PROMPT_LEVEL_STRATEGIES)}")
     if isinstance(selector, PrefilterSelector):
         if selector.audit_file is None:
             raise ValueError("the prefilter as a sampler needs audit_file= (the mixed.jsonl of `rlcurate audit`): "
