@@ -42,6 +42,14 @@ COVERED_BY_OTHERS |= {f"curation_pays_hard/{arm}_s0" for arm in ("uniform_aa", "
 # chapter 10's hinting arms: uniform repeats protocol's run; SAGE's and SAGE-LIGHT's paths are replayed by end_to_end's
 # fixtures, the recipe with hinted failures counted by smollm2_revisit's
 COVERED_BY_OTHERS |= {f"protocol_hints/{arm}_s0" for arm in ("uniform", "sage", "sage_light", "combined_failures")}
+# the cost currencies' suite repeats protocol's arms with a larger max_rollouts (which the first steps do not reach):
+# protocol's fixtures replay them
+COVERED_BY_OTHERS |= {f"protocol_cost/{arm}_s0" for arm in ("uniform", "uniform_aa", "dapo", "ada_seq_n4", "ada_seq_n8",
+                                                           "ada_est_hybrid", "ada_est_prototype", "combined")}
+# SmolLM2 at twice the budget repeats smollm2_protocol's arms (a larger max_rollouts, a coarser grid, more samples per
+# evaluation prompt; the training steps are the same): smollm2_protocol's fixtures replay uniform and DAPO, and
+# INSIGHT's selection is replayed by the combined recipe's fixture (the same selector, no hint rolled at 0.66 visits)
+COVERED_BY_OTHERS |= {f"smollm2_long/{arm}_s0" for arm in ("uniform", "uniform_aa", "insight", "dapo")}
 
 
 def replay_steps(fixture: dict) -> int:
