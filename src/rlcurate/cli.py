@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and "transformers" in sys.modules:  # read at its import
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
     if cmd == "help":  # rlcurate help [COMMAND]
         if not rest:
             print(USAGE, end="")

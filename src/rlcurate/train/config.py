@@ -277,7 +277,8 @@ class TrainConfig:
             raise UserError(f"{path}: the config must be a mapping of keys to values, got a {type(data).__name__}")
         source = f"{path} (with --set)" if overrides else str(path)
         data = apply_overrides(data, overrides or [])
-        data["model"] = _beside(data.get("model"), Path(path))
+        if "model" in data:
+            data["model"] = _beside(data["model"], Path(path))
         return cls.from_dict(data, source=source)
 
     def warmup_note(self) -> str | None:
