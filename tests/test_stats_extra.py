@@ -82,3 +82,34 @@ def test_score_sq_norm_matches_identity_and_monte_carlo():
     se = np.sqrt(np.bincount(groups.group, sq**2) / groups.sizes - mc**2) / np.sqrt(groups.sizes)
     assert np.all(np.abs(mc - S) < 5 * se)
     np.testing.assert_allclose(world.score_sq_norm(theta, [2, 5]), S[[2, 5]])
+
+
+def test_every_public_stats_function_answers_bad_input_in_its_own_words():
+    """Issue #30: each public function of rlcurate.stats, given a first argument that is a string, holds NaN or a
+    negative rate, or is a 2-D array where one value or one row is meant, raises ValueError or works; never
+    numpy's "truth value is ambiguous", a TypeError or an AttributeError from deep inside."""
+    import inspect
+
+    import numpy as np
+
+    import rlcurate.stats as S
+
+    bad = {"2d": np.array([[0.1, 0.5], [0.2, 0.3]]), "str": "abc", "nan": [0.1, float("nan")], "neg": [-0.1, 0.5]}
+    checked = 0
+    for name in dir(S):
+        f = getattr(S, name)
+        if name.startswith("_") or not inspect.isfunction(f) or name == "mopps_select":  # mopps_select takes beliefs
+            continue
+        required = [p for p in inspect.signature(f).parameters.values()
+                    if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not required:
+            continue
+        for label, value in bad.items():
+            try:
+                f(value, *[8] * (len(required) - 1))
+            except ValueError as exc:
+                assert "ambiguous" not in str(exc), (name, label, exc)
+            except Exception as exc:  # noqa: BLE001 - the point is which kind
+                raise AssertionError(f"{name}({label}): {type(exc).__name__}: {exc}") from None
+        checked += 1
+    assert checked >= 30

@@ -73,6 +73,14 @@ def as_finite(value, name: str, positive: bool = False, nonnegative: bool = Fals
     return arr
 
 
+def as_scalar(value, name: str) -> float:
+    """``value`` as one finite float, raising ``ValueError`` for an array of several, a non-number or NaN."""
+    arr = as_finite(value, name)
+    if arr.size != 1:
+        raise ValueError(f"{name} must be one number, got an array of shape {arr.shape}")
+    return float(arr.reshape(()))
+
+
 def scalar_or_array(arr: np.ndarray, like):
     """Return a Python float when the input was a scalar, else the array."""
     return float(arr) if np.ndim(like) == 0 else arr

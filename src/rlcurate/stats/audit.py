@@ -23,7 +23,7 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as _sps
 
-from rlcurate._validate import as_finite, as_int, as_int_array, as_probability
+from rlcurate._validate import as_finite, as_int, as_int_array, as_probability, as_scalar
 from rlcurate.stats.gate import OUTCOMES, group_outcome
 
 __all__ = [
@@ -138,7 +138,7 @@ def runs_needed(p, miss: float = 0.05, n_max: int = 100_000):
         bad = p_arr[(p_arr <= 0) | (p_arr >= 1)][0]
         raise ValueError(f"p must lie strictly inside (0, 1) for a finite number of runs, got {bad}")
     out = np.empty(p_arr.shape, dtype=np.int64)
-    for i, q in enumerate(p_arr):
+    for i, q in enumerate(p_arr.flat):  # elementwise, whatever the shape
         # (1 - q)^n + q^n is decreasing in n; start from the bound from the larger term alone.
         big = max(q, 1 - q)
         n = max(1, int(np.floor(np.log(miss) / np.log(big))))
@@ -148,7 +148,7 @@ def runs_needed(p, miss: float = 0.05, n_max: int = 100_000):
             n += 1
             if n > n_max:
                 raise ValueError(f"more than n_max={n_max} runs needed for p={q}")
-        out[i] = n
+        out.flat[i] = n
     return int(out[0]) if np.ndim(p) == 0 else out
 
 
@@ -207,6 +207,9 @@ def prior_degeneracy(a: float, b: float) -> str | None:
     noise allows (all prompts alike), and to a -> 0 or b -> 0 when the pass rates pile up at 0 or 1
     (samples right or wrong on every run, few or no mixed ones). A degenerate fit's parameters are
     artefacts of where the optimiser stopped and predict nothing."""
+    for x, n in ((a, "a"), (b, "b")):  # one number each (a fit that ran off may give inf or nan: reported below)
+        if np.ndim(x) or not isinstance(x, (int, float, np.number)) or isinstance(x, bool):
+            raise ValueError(f"{n} must be one number, got {x!r}")
     a, b = float(a), float(b)
     if not (np.isfinite(a) and np.isfinite(b)) or a + b > PRIOR_MAX_CONCENTRATION:
         return "no spread between prompts beyond run-to-run noise: all prompts alike"
@@ -255,7 +258,7 @@ def threshold_side(low: float, high: float, threshold: float) -> str:
     """Where an interval [low, high] lies against a threshold (chapter 4): ``"below"`` when
     high < threshold, ``"above"`` when low >= threshold, ``"straddles"`` otherwise, in which case a
     verdict must say that it cannot tell."""
-    low, high, threshold = (float(as_finite(x, name)) for x, name in
+    low, high, threshold = (as_scalar(x, name) for x, name in
                             ((low, "low"), (high, "high"), (threshold, "threshold")))
     if low > high:
         raise ValueError(f"low must not exceed high, got {low} > {high}")
@@ -273,7 +276,7 @@ def recipe_multiplier_rule(mixed_share: float) -> dict:
     audit runs, and two populations with the same share gain very differently from larger groups
     (chapter 4, *What the multiplier thresholds mean*). The audit summary does not use it; it reports
     the gate by group size instead (:func:`group_mixed_prob`)."""
-    s = float(as_probability(mixed_share, "mixed_share"))
+    s = as_scalar(as_probability(mixed_share, "mixed_share"), "mixed_share")
     if s < 0.10:
         return {"multiplier": None, "verdict": "warning",
                 "advice": "fewer than 10% mixed samples: the data are mostly too easy or too hard; "

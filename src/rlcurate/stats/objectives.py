@@ -136,7 +136,7 @@ def get_objective(name: str | Objective, delta: float = DEFAULT_DELTA, **kwargs)
     ``arcsin`` (GRPO's implicit objective). An :class:`Objective` is returned unchanged."""
     if isinstance(name, Objective):
         return name
-    if name not in OBJECTIVES:
+    if not isinstance(name, str) or name not in OBJECTIVES:
         raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {name!r}")
     delta = float(as_finite(delta, "delta", nonnegative=True))
     if delta >= 0.5:
