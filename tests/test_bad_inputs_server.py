@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
+import select
 import socket
 import socketserver
 import subprocess
@@ -25,7 +27,7 @@ from test_rollout import char_tokenizer, tiny_model
 from rlcurate.cli import main
 from rlcurate.rollout import (MalformedResponseError, OpenAIEngine, OpenAIServerError, RolloutEngine,
                               SamplingParams, TransformersEngine)
-from rlcurate.rollout.server import make_server
+from rlcurate.rollout.server import ServerLimits, make_server
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -382,3 +384,104 @@ def test_serve_refuses_an_address_it_cannot_listen_on_before_loading(capsys, cas
         holder.close()
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---------------------------------------------------------------- turns, timeout, disconnect (issue #30)
+
+def test_turns_are_first_come_first_served_and_a_wait_can_run_out():
+    """`Turns`: a second request waits for the first; one whose wait runs out holds nothing; `pass_turn` hands the
+    model to the request queued behind and takes it back after."""
+    from rlcurate.rollout.server import Turns
+
+    turns, order = Turns(), []
+    assert turns.acquire(0)
+    assert not turns.acquire(0.05)  # queued behind the holder, gave up: holds nothing
+
+    def second():
+        assert turns.acquire(5)
+        order.append("second")
+        turns.release()
+
+    t = threading.Thread(target=second)
+    t.start()
+    time.sleep(0.1)
+    order.append("first, before passing")
+    assert turns.pass_turn(5)  # the second request runs, then hands the model back
+    order.append("first, after passing")
+    t.join()
+    turns.release()
+    assert order == ["first, before passing", "second", "first, after passing"]
+    assert turns.acquire(0) and turns.pass_turn(0)  # nobody waits: passing keeps the turn
+    turns.release()
+
+
+@pytest.fixture(scope="module")
+def endless():
+    """The tiny model with no end-of-sequence token: every completion runs to max_tokens."""
+    return TransformersEngine(tiny_model(), char_tokenizer(), eos_token_ids=[])
+
+
+LARGE = {"prompt": ["1+1="] * 16, "n": 64, "max_tokens": 200, "seed": 0}
+
+
+def test_a_small_request_is_answered_while_a_large_one_generates_and_a_client_that_leaves_stops_its_generation(
+        endless, caplog):
+    """Issue #30: a request queued behind a large one gets the model between the large one's decode steps; the large
+    request's client closes its connection, and the server stops that generation (before: a client that
+    disconnected kept its generation running, and every other request waited for all of it)."""
+    caplog.set_level(logging.INFO, logger="rlcurate.rollout.server")
+    server, base = serve(endless)
+    try:
+        port = server.server_address[1]
+        large = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        large.request("POST", "/v1/completions", body=json.dumps(LARGE), headers={"Content-Type": "application/json"})
+        time.sleep(0.3)  # the large request has the model
+        status, payload = post(base, "/completions", json.dumps({"prompt": "2+2=", "max_tokens": 3, "seed": 1}).encode())
+        assert status == 200 and len(payload["choices"][0]["text"]) > 0
+        assert not select.select([large.sock], [], [], 0)[0], "the large request was answered first"
+        large.sock.close()
+        for _ in range(100):
+            if any("went away" in r.getMessage() for r in caplog.records):
+                break
+            time.sleep(0.05)
+        assert any("went away: its generation stopped" in r.getMessage() for r in caplog.records)
+        still_serving(base)
+    finally:
+        stop(server)
+
+
+def test_a_request_past_the_timeout_is_stopped_and_answered_504(endless):
+    server = make_server(endless, port=0, model_name=NAME, limits=ServerLimits(request_timeout=0.3))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        t0 = time.monotonic()
+        status, payload = post(base, "/completions", json.dumps(LARGE).encode())
+        assert status == 504 and "request timeout of 0.3 s" in payload["error"]["message"]
+        assert time.monotonic() - t0 < 5
+        still_serving(base)
+    finally:
+        stop(server)
+
+
+def test_a_request_that_waits_past_the_timeout_is_answered_503(engine):
+    """An engine that cannot pause (here one that sleeps a second) holds the model; a request queued behind it
+    for longer than the timeout is answered 503 with Retry-After, not left hanging."""
+    server = make_server(Slow(engine, ok=10**9), port=0, model_name=NAME, limits=ServerLimits(request_timeout=0.4))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        first = threading.Thread(target=post, args=(base, "/completions", json.dumps({"prompt": "1", "max_tokens": 2}).encode()))
+        first.start()
+        time.sleep(0.1)
+        status, payload = post(base, "/completions", json.dumps({"prompt": "1", "max_tokens": 2}).encode())
+        assert status == 503 and "waited its whole 0.4 s" in payload["error"]["message"]
+        first.join()
+    finally:
+        stop(server)
+
+
+def test_serve_refuses_a_negative_request_timeout(capsys):
+    model = str(Path(__file__).resolve().parents[1] / "data" / "tiny" / "spread")
+    assert main(["serve", "--model", model, "--port", "0", "--request-timeout", "-1"]) == 2
+    one_line_error(capsys.readouterr().err, "--request-timeout must be a number of seconds >= 0")

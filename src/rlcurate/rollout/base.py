@@ -29,7 +29,7 @@ import abc
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 Prompt = Union[str, Sequence[int]]
 
@@ -203,6 +203,9 @@ class RolloutEngine(abc.ABC):
     backend rejects bad input with the same ``ValueError``.
     """
 
+    accepts_hook = False
+    """whether :meth:`_generate` takes ``hook=`` (see :meth:`generate`)"""
+
     def generate(
         self,
         prompts: Sequence[Prompt],
@@ -210,6 +213,7 @@ class RolloutEngine(abc.ABC):
         params: SamplingParams,
         seed: int = 0,
         progress: bool = False,
+        hook: Callable[[bool], None] | None = None,
     ) -> list[list[Completion]]:
         """Sample completions: ``result[i][j]`` is sample ``j`` of ``prompts[i]``.
 
@@ -220,13 +224,21 @@ class RolloutEngine(abc.ABC):
             seed: same inputs and seed give identical completions (on CPU); use a new seed for a new
                 round of sampling on the same prompts, or the same samples come back.
             progress: show a tqdm progress bar.
+            hook: for engines that generate step by step (``accepts_hook``, e.g. the transformers engine), called
+                before each batch and between decode steps as ``hook(can_pause)``: whether another ``generate``
+                call on this engine may run before this one goes on. An exception it raises stops the generation
+                (the server's timeout, its cancellation on disconnect and its turns, chapter 4).
         """
+        if hook is not None and not self.accepts_hook:
+            raise ValueError(f"{type(self).__name__} generates in one call and takes no hook")
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         prompts, counts = normalize_request(prompts, n)
         seed = check_seed(seed)
         if not prompts:
             return []
+        if hook is not None:
+            return self._generate(prompts, counts, params, seed, bool(progress), hook=hook)
         return self._generate(prompts, counts, params, seed, bool(progress))
 
     @abc.abstractmethod

@@ -180,7 +180,9 @@ class TransformersEngine(RolloutEngine):
         return out
 
     # ---------------------------------------------------------------- generation
-    def _generate(self, prompts, counts, params, seed, progress):
+    accepts_hook = True
+
+    def _generate(self, prompts, counts, params, seed, progress, hook=None):
         prompt_ids = self.encode(prompts)
         results: list[list[Completion | None]] = [[None] * c for c in counts]
         batches = plan_batches([len(p) for p in prompt_ids], counts, params.max_new_tokens, self.token_budget)
@@ -191,14 +193,16 @@ class TransformersEngine(RolloutEngine):
             with torch.inference_mode(), tqdm(total=sum(counts), unit="completion", disable=not progress,
                                               desc="rollout") as bar:
                 for rows in batches:
-                    for c in self._generate_batch(rows, prompt_ids, params, seed):
+                    if hook is not None:
+                        hook(True)  # between batches nothing of this call is in flight
+                    for c in self._generate_batch(rows, prompt_ids, params, seed, hook):
                         results[c.prompt_index][c.sample_index] = c
                     bar.update(len(rows))
         finally:
             self.model.train(was_training)
         return results
 
-    def _generate_batch(self, rows, prompt_ids, params: SamplingParams, seed: int) -> list[Completion]:
+    def _generate_batch(self, rows, prompt_ids, params: SamplingParams, seed: int, hook=None) -> list[Completion]:
         dev = self.device
         uniq = list(dict.fromkeys(i for i, _ in rows))
         slot = {i: k for k, i in enumerate(uniq)}
@@ -211,10 +215,10 @@ class TransformersEngine(RolloutEngine):
         scanner = StopScanner(self.tokenizer, params.stop) if params.stop else None
         if self.fixed is not None:
             gen, lps, reason, cut = self._decode_fixed(out.past_key_values, expand, attn[expand], pos[expand, -1] + 1,
-                                                       logits, keys, params, scanner)
+                                                       logits, keys, params, scanner, hook)
         else:
             gen, lps, reason, cut = self._decode_dynamic(out.past_key_values, expand, len(uniq), attn[expand],
-                                                         pos[expand, -1] + 1, logits, keys, params, scanner)
+                                                         pos[expand, -1] + 1, logits, keys, params, scanner, hook)
         texts = self.tokenizer.batch_decode(
             [g[:-1] if reason[r] == "stop" and cut[r] is None else g for r, g in enumerate(gen)],
             skip_special_tokens=False)
@@ -227,7 +231,7 @@ class TransformersEngine(RolloutEngine):
             for r, (i, j) in enumerate(rows)
         ]
 
-    def _decode_dynamic(self, past, expand, n_uniq, attn, next_pos, logits, keys, params, scanner):
+    def _decode_dynamic(self, past, expand, n_uniq, attn, next_pos, logits, keys, params, scanner, hook=None):
         """The growing-cache loop: one forward per token, finished rows pruned (``prune_finished``)."""
         dev = attn.device
         B, L = attn.shape
@@ -263,6 +267,8 @@ class TransformersEngine(RolloutEngine):
             live = [k for k, r in enumerate(rows_now) if reason[r] is None]
             if not live or t == params.max_new_tokens - 1:
                 break
+            if hook is not None:
+                hook(True)  # this loop's state is its own: another call may run before the next step
             if self.prune_finished and 4 * (len(rows_now) - len(live)) >= len(rows_now):
                 keep = torch.tensor(live, device=dev)
                 past.batch_select_indices(keep)
@@ -273,7 +279,7 @@ class TransformersEngine(RolloutEngine):
             next_pos = next_pos + 1
         return gen, lps, [r or "length" for r in reason], cut
 
-    def _decode_fixed(self, past, expand, attn, next_pos, logits, keys, params, scanner):
+    def _decode_fixed(self, past, expand, attn, next_pos, logits, keys, params, scanner, hook=None):
         """The fixed-shape loop (:mod:`rlcurate.rollout.fixed_shape`): the step runs ``sync_every`` times
         between two reads of the finished flags (and of the new tokens, when there are stop strings)."""
         step, B = self.fixed.prepare(past, expand, attn, next_pos, logits, keys, params, self.eos_token_ids)
@@ -294,6 +300,8 @@ class TransformersEngine(RolloutEngine):
                     stopped[active[k]] = hit
             if t >= T or all(f or r in stopped for r, f in enumerate(finished)):
                 break
+            if hook is not None:
+                hook(False)  # the fixed-shape buffers are shared by every call: no other may run before this ends
         tokens, logprobs = step.tokens[:B, :t].tolist(), step.logprobs[:B, :t].tolist()
         gen, lps, reason, cut = [], [], [], []
         for r in range(B):

@@ -32,8 +32,15 @@ only the sampled token. Without ``seed`` a random one is drawn. A bad request ge
 error object (``{"error": {"message", "type", "param", "code"}}``) with status 400 (404 for an
 unknown model or route): every field is checked (type, range, valid Unicode), a request over the server's
 limits (:class:`ServerLimits`: samples per prompt, sequences per request, new tokens) is refused, and so is a
-prompt that does not leave ``max_tokens`` of the model's context (never shortened silently). Requests are
-served one at a time (the engine batches within a request).
+prompt that does not leave ``max_tokens`` of the model's context (never shortened silently).
+
+Requests take turns on the model, first come first served (:class:`Turns`; the engine batches within a request).
+A request that has generated for ``TURN_SECONDS`` lets the requests queued behind it have the model at the engine's
+next pause point (between decode steps of the dynamic decode loop, between batches of the fixed-shape one) and then
+goes on, so a small request is not held for the whole length of a large one; each paused request keeps its batch's
+KV cache meanwhile. Each request has ``--request-timeout`` seconds
+from its arrival: one still queued then is answered 503 (busy, with ``Retry-After``), one still generating is
+stopped and answered 504. A client that disconnects stops its generation at the next decode step.
 """
 
 from __future__ import annotations
@@ -41,10 +48,13 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import select
+import socket
 import sys
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -55,6 +65,8 @@ log = logging.getLogger(__name__)
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
 _UNSUPPORTED_CHAT = ("tools", "functions", "response_format", "audio", "prediction")
 MAX_BODY_BYTES = 64 * 2**20
+TURN_SECONDS = 0.25
+"""how long a request generates before it lets the requests queued behind it have the model (:class:`Turns`)"""
 
 
 class RequestError(ValueError):
@@ -159,11 +171,78 @@ class ServerLimits:
     """prompts x n in one request"""
     max_tokens: int | None = None
     """completion tokens per sequence (None: the model's context)"""
+    request_timeout: float | None = 300.0
+    """seconds from a request's arrival to its answer, queueing included (None: no limit)"""
+
+
+class Turns:
+    """The model, one request at a time, first come first served (chapter 4's server).
+
+    ``acquire`` queues for the turn; ``pass_turn`` hands it to the next request waiting (if any) and queues again
+    behind the others, so a request that generates in several batches lets those behind it in between. Both give
+    up after ``timeout`` seconds and return False (the caller then holds no turn)."""
+
+    def __init__(self):
+        self._mutex = threading.Lock()
+        self._waiting: deque[threading.Event] = deque()
+        self._busy = False
+
+    def _wait(self, ticket: threading.Event, timeout: float | None) -> bool:
+        if ticket.wait(timeout):
+            return True
+        with self._mutex:
+            if ticket.is_set():  # handed over as the wait ran out
+                return True
+            self._waiting.remove(ticket)
+            return False
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        with self._mutex:
+            if not self._busy:
+                self._busy = True
+                return True
+            ticket = threading.Event()
+            self._waiting.append(ticket)
+        return self._wait(ticket, timeout)
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._waiting:
+                self._waiting.popleft().set()  # the turn passes on; the model stays busy
+            else:
+                self._busy = False
+
+    def pass_turn(self, timeout: float | None = None) -> bool:
+        with self._mutex:
+            if not self._waiting:
+                return True
+            ticket = threading.Event()
+            self._waiting.append(ticket)
+            self._waiting.popleft().set()
+        return self._wait(ticket, timeout)
+
+
+class _Stopped(Exception):
+    """A generation stopped by its request's hook: the client went away or the request ran out of time."""
+
+    def __init__(self, status: int | None, message: str):
+        super().__init__(message)
+        self.status = status  # None: nobody to answer
+
+
+def _client_gone(sock) -> bool:
+    """Whether the client closed its end: the socket reads as ready with nothing to read."""
+    try:
+        ready, _, _ = select.select([sock], [], [], 0)
+        return bool(ready) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def check_limits(engine, req: dict, limits: ServerLimits) -> None:
     """A parsed request against ``limits`` and the model's context: prompt tokens + ``max_tokens`` must fit in
-    it (the request is refused, never shortened)."""
+    it (the request is refused, never shortened). The prompts are encoded here once: ``req["prompts"]`` becomes
+    their token ids, which the engine takes as they are."""
     n, prompts, m = req["n"], req["prompts"], req["params"].max_new_tokens
     if n > limits.max_n:
         raise RequestError(f"n={n} is over this server's limit of {limits.max_n} (rlcurate serve --max-n)", param="n")
@@ -174,8 +253,10 @@ def check_limits(engine, req: dict, limits: ServerLimits) -> None:
     cap = limits.max_tokens or context
     if cap and m > cap:
         raise RequestError(f"max_tokens={m} is over this server's limit of {cap}", param="max_tokens")
+    if hasattr(engine, "encode"):
+        req["prompts"] = engine.encode(prompts)
     if isinstance(context, int) and hasattr(engine, "encode"):
-        for i, ids in enumerate(engine.encode(prompts)):
+        for i, ids in enumerate(req["prompts"]):
             if len(ids) + m > context:
                 raise RequestError(f"prompt {i} has {len(ids)} tokens and max_tokens is {m}: together more than the "
                                    f"model's context of {context} tokens", param="max_tokens" if len(ids) < context
@@ -267,7 +348,8 @@ def _samples(engine, req: dict) -> tuple[list[dict], int, int]:
     finish and stop reasons, token ids, log-probs, prompt ids), and the prompt and completion token
     counts."""
     params: SamplingParams = req["params"]
-    groups = engine.generate(req["prompts"], req["n"], params, seed=req["seed"])
+    hook = req.get("hook") if getattr(engine, "accepts_hook", False) else None  # others run to the end
+    groups = engine.generate(req["prompts"], req["n"], params, seed=req["seed"], hook=hook)
     out, n_prompt, n_completion = [], 0, 0
     for group in groups:
         n_prompt += len(group[0].prompt_token_ids)
@@ -353,8 +435,9 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
 
     ``port=0`` picks a free port; read it back from ``server.server_address[1]``.
     """
-    lock = threading.Lock()
+    turns = Turns()
     limits = limits or ServerLimits()
+    timeout = limits.request_timeout
     routes = {"/v1/completions": (parse_request, completion_response),
               "/v1/chat/completions": (lambda body: parse_chat_request(body, engine), chat_response)}
 
@@ -364,17 +447,51 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
         def log_message(self, fmt, *args):
             log.debug("%s - %s", self.address_string(), fmt % args)
 
-        def _send(self, status: int, payload: dict):
+        def _send(self, status: int, payload: dict, headers: dict | None = None):
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, status: int, message: str, param: str | None = None):
-            kind = {404: "not_found_error"}.get(status, "invalid_request_error" if status < 500 else "internal_error")
-            self._send(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
+        def _error(self, status: int, message: str, param: str | None = None, headers: dict | None = None):
+            kind = {404: "not_found_error", 503: "server_busy", 504: "timeout"}.get(
+                status, "invalid_request_error" if status < 500 else "internal_error")
+            self._send(status, {"error": {"message": message, "type": kind, "param": param, "code": status}}, headers)
+
+        def _generate(self, parse, respond, body: dict, arrived: float) -> dict:
+            """Parse, check and answer ``body`` on the model in this request's turns (see :class:`Turns`)."""
+            deadline = None if timeout is None else arrived + timeout
+            left = lambda: None if deadline is None else max(deadline - time.monotonic(), 0.0)  # noqa: E731
+            if not turns.acquire(left()):
+                raise _Stopped(503, f"the server is busy: this request waited its whole {timeout:g} s (rlcurate "
+                                    f"serve --request-timeout) for the model; try again")
+            holding, turn_began = True, time.monotonic()
+
+            def hook(can_pause: bool) -> None:
+                nonlocal holding, turn_began
+                if _client_gone(self.connection):
+                    raise _Stopped(None, "the client went away")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise _Stopped(504, f"the generation ran past this server's request timeout of {timeout:g} s "
+                                        f"(rlcurate serve --request-timeout); ask for fewer sequences or tokens")
+                if can_pause and time.monotonic() - turn_began >= TURN_SECONDS:
+                    if not turns.pass_turn(left()):
+                        holding = False
+                        raise _Stopped(504, f"the request ran past this server's request timeout of {timeout:g} s "
+                                            f"(rlcurate serve --request-timeout) while other requests were served")
+                    turn_began = time.monotonic()
+
+            try:
+                req = parse(body)
+                check_limits(engine, req, limits)
+                return respond(engine, model_name, {**req, "hook": hook})
+            finally:
+                if holding:
+                    turns.release()
 
         def do_GET(self):
             path = self.path.split("?")[0].rstrip("/")
@@ -387,6 +504,7 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
                 self._error(404, f"no route GET {self.path}; this server has /v1/models and /health")
 
         def do_POST(self):
+            arrived = time.monotonic()
             path = self.path.split("?")[0].rstrip("/")
             try:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -412,10 +530,13 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
                 if body.get("model") not in (None, model_name):
                     raise RequestError(f"the model {body['model']!r} does not exist; this server serves "
                                        f"{model_name!r}", status=404, param="model")
-                with lock:  # the tokenizer and the model, one request at a time
-                    req = parse(body)
-                    check_limits(engine, req, limits)
-                    payload = respond(engine, model_name, req)
+                payload = self._generate(parse, respond, body, arrived)
+            except _Stopped as exc:
+                if exc.status is None:
+                    log.info("client %s went away: its generation stopped", self.address_string())
+                    self.close_connection = True
+                else:
+                    self._error(exc.status, str(exc), headers={"Retry-After": "1"} if exc.status == 503 else None)
             except RequestError as exc:
                 self._error(exc.status, str(exc), exc.param)
             except ValueError as exc:  # the engine's own input checks (e.g. a token id out of range)
@@ -431,6 +552,7 @@ def make_server(engine, host: str = "127.0.0.1", port: int = 8000,
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: socketserver's 5 resets the sixth client that connects at once
 
     def handle_error(self, request, client_address):
         exc = sys.exc_info()[1]
@@ -485,12 +607,17 @@ def main(argv=None) -> None:
     ap.add_argument("--max-sequences", type=int, default=ServerLimits.max_sequences,
                     help="most prompts x n in one request")
     ap.add_argument("--max-tokens", type=int, default=None, help="most new tokens per sequence (default: the context)")
+    ap.add_argument("--request-timeout", type=float, default=ServerLimits.request_timeout,
+                    help="seconds from a request's arrival to its answer, queueing included (0: no limit); a request "
+                         "still queued then is answered 503, one still generating is stopped and answered 504")
     args = ap.parse_args(argv)
     from rlcurate.errors import UserError
 
     for flag, v in (("--max-n", args.max_n), ("--max-sequences", args.max_sequences), ("--max-tokens", args.max_tokens)):
         if v is not None and v < 1:
             raise UserError(f"{flag} must be a whole number >= 1, got {v}")
+    if not (args.request_timeout >= 0 and args.request_timeout < float("inf")):
+        raise UserError(f"--request-timeout must be a number of seconds >= 0 (0: no limit), got {args.request_timeout}")
     from rlcurate.models.hf import check_model_source
 
     check_model_source(args.model, flag="--model")  # a missing path: one line (rlcurate.errors), not a traceback
@@ -507,9 +634,10 @@ def main(argv=None) -> None:
                                                 device=args.device, token_budget=args.token_budget)
     name = args.served_model_name or args.model
     server = make_server(engine, args.host, args.port, name,
-                         ServerLimits(args.max_n, args.max_sequences, args.max_tokens))
+                         ServerLimits(args.max_n, args.max_sequences, args.max_tokens, args.request_timeout or None))
     host, port = server.server_address[:2]
-    print(f"rlcurate.rollout.server: serving {name!r} on http://{host}:{port}/v1", flush=True)
+    limit = f"{args.request_timeout:g} s" if args.request_timeout else "none"
+    print(f"rlcurate.rollout.server: serving {name!r} on http://{host}:{port}/v1 (request timeout {limit})", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
