@@ -81,24 +81,14 @@ class Advice:
     """The audit's per-prompt shares k / n (for the plot; not in the JSON)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return _finite({"format": "rlcurate-advice/1", "audit": self.audit, "prompts": self.prompts,
+        from rlcurate.conditions import json_safe
+
+        return json_safe({"format": "rlcurate-advice/1", "audit": self.audit, "prompts": self.prompts,
                         "runs": self.runs, "pass_rate": self.pass_rate, "fit": self.fit.to_dict(),
                         "gate": self.gate, "budget": self.budget, "pool": self.pool,
                         "group_size": self.group_size, "rho": self.rho, "training": self.training,
                         "simulation": self.sim, "verdict": self.verdict, "warnings": self.warnings,
                         "seconds": self.seconds})
-
-
-def _finite(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, np.generic):
-        return _finite(x.item())
-    return x
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -230,21 +220,18 @@ def sim_prompts(pool: int | None) -> int:
 
 
 def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap) -> dict[str, Any]:
-    from rlcurate.comparison import ratio_table, target_of
+    from rlcurate.comparison import ratio_table
     from rlcurate.conditions import run_costs
 
     suite = _sim_suite(group_size)
-    endpoint = {"close_gap": close_gap}
     val_rates = fit.sample(n_prompts, np.random.default_rng(1000))
     lr = {}
     for arm, spec in sorted(suite["arms"].items(), key=lambda kv: kv[0] != "uniform"):  # uniform first
         setup = _sim_setup(val_rates, spec["group_size"])
         scores = {}
         for r in lrs:
-            start = run_costs(suite, {**setup, "budget": 0}, arm, 1000, float(r), "validation")["held_out"][0]
-            target = target_of(start, endpoint)
-            c = run_costs(suite, setup, arm, 1000, float(r), "validation", stop_at=target)
-            scores[r] = _to_target(c, target, rho, training)[0]
+            c = run_costs(suite, setup, arm, 1000, float(r), "validation", close_gap=close_gap)
+            scores[r] = _to_target(c, c["target"], rho, training)[0]
         lr[arm] = min(sorted(scores), key=lambda r: scores[r])  # ties go to the smaller rate
         if arm == "uniform" and not math.isfinite(scores[lr[arm]]):
             return {"unreached": True, "close_gap": close_gap, "budget_cap": SIM_BUDGET, "world_prompts": n_prompts,
@@ -255,10 +242,8 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
         rates = boots[s % len(boots)].sample(n_prompts, np.random.default_rng(s))
         for arm, spec in suite["arms"].items():
             setup = _sim_setup(rates, spec["group_size"])
-            start = run_costs(suite, {**setup, "budget": 0}, arm, s, lr[arm])["held_out"][0]
-            target = target_of(start, endpoint)
-            c = run_costs(suite, setup, arm, s, lr[arm], stop_at=target)
-            rollouts[arm][s], cost[arm][s] = _to_target(c, target, rho, training)
+            c = run_costs(suite, setup, arm, s, lr[arm], close_gap=close_gap)
+            rollouts[arm][s], cost[arm][s] = _to_target(c, c["target"], rho, training)
     cap_cost = SIM_BUDGET * (1 + rho)
     tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
               "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}

@@ -124,20 +124,27 @@ def _trainer(suite, setup, arm: str, seed: int, lr: float, split: str):
 
 
 def run_costs(suite, setup, arm: str, seed: int, lr: float, split: str = "test",
-              stop_at: float | None = None) -> dict[str, np.ndarray]:
-    """One run after every step, from 0 to the first step at or past the budget (or, with ``stop_at``, to
-    the first step whose held-out pass rate reaches it): cumulative ``rollouts`` charged, ``kept`` (the
-    rollouts of the groups trained, every one of which a dense trainer such as verl trains on) and
-    ``mixed`` (those of mixed groups, the rollouts this trainer trains on), and the exact ``held_out``
-    mean pass rate. Chapter 10's cost currencies are rollouts + rho * kept and rollouts + rho * mixed."""
+              close_gap: float | None = None) -> dict[str, np.ndarray]:
+    """One run after every step, from 0 to the first step at or past the budget (or, with ``close_gap``, to
+    the first step whose held-out pass rate reaches ``target``, the start plus that share of its gap to 1):
+    cumulative ``rollouts`` charged, ``kept`` (the rollouts of the groups trained, every one of which a dense
+    trainer such as verl trains on) and ``mixed`` (those of mixed groups, the rollouts this trainer trains on),
+    and the exact ``held_out`` mean pass rate. Chapter 10's cost currencies are rollouts + rho * kept and
+    rollouts + rho * mixed."""
+    from rlcurate.comparison import target_of
+
     tr = _trainer(suite, setup, arm, seed, lr, split)
     rows = [(0, 0, 0, tr.held_out())]
-    while tr.rollouts < setup["budget"] and (stop_at is None or rows[-1][3] < stop_at):
+    target = None if close_gap is None else target_of(rows[0][3], {"close_gap": close_gap})
+    while tr.rollouts < setup["budget"] and (target is None or rows[-1][3] < target):
         rec = tr.train_step()
         r, k, m, _ = rows[-1]
         rows.append((rec["total_rollouts"], k + rec["trained_samples"], m + rec["mixed_samples"], rec["held_out"]))
     a = np.array(rows, dtype=float)
-    return {"rollouts": a[:, 0], "kept": a[:, 1], "mixed": a[:, 2], "held_out": a[:, 3]}
+    out = {"rollouts": a[:, 0], "kept": a[:, 1], "mixed": a[:, 2], "held_out": a[:, 3]}
+    if target is not None:
+        out["target"] = target
+    return out
 
 
 def run_curve(suite, setup, arm: str, seed: int, lr: float, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
@@ -241,13 +248,16 @@ def condition_table(result: dict[str, Any], measure: str = "to_target", publishe
     return compare_arms(values, "uniform")
 
 
-def _jsonable(x):
+def json_safe(x):
+    """``x`` with every non-finite float as None (JSON has no inf or NaN) and numpy scalars as Python numbers."""
+    if isinstance(x, np.generic):
+        x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_jsonable(v) for v in x]
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
     return x
 
 
@@ -287,6 +297,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["environment"] = provenance("cpu")
         result["command"] = f"rlcurate conditions --suite {suite['_path']} --only {name} --force"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_jsonable(result), separators=(",", ":")) + "\n")
+        tmp.write_text(json.dumps(json_safe(result), separators=(",", ":")) + "\n")
         tmp.replace(path)
     return 0
