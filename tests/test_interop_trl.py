@@ -12,6 +12,7 @@ import json
 from collections import Counter
 
 import numpy as np
+import torch
 import pytest
 
 pytest.importorskip("trl")
@@ -213,25 +214,7 @@ b = tr.curation.selector.beliefs
 def test_two_processes_gather_the_rewards_and_select_the_same_prompts(tmp_path, tiny_checkpoint):
     """torchrun, two CPU processes (gloo): each rank scores different completions, yet both ranks
     observe all of them and keep choosing the same prompts."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
-        pytest.skip("torchrun not found next to the interpreter")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    worker = tmp_path / "worker.py"
-    worker.write_text(_WORKER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-                           "--master_port", str(port), str(worker), str(tiny_checkpoint), str(tmp_path),
-                           str(Path(__file__).parent)], capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _torchrun(tmp_path, _WORKER, tiny_checkpoint)
     r0, r1 = (json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1))
     assert r0["world"] == r1["world"] == 2
     assert r0["history"] == r1["history"] and r0["alpha"] == r1["alpha"] and r0["beta"] == r1["beta"]
@@ -258,3 +241,225 @@ def test_sampler_state_is_saved_with_trl_checkpoints_and_restored(tmp_path, tiny
     assert resumed.curation.observed == 3
     # the resumed beliefs hold the first run's two batches plus the third one
     assert (b.alpha - 1).sum() + (b.beta - 1).sum() == len(scored) + len(more) == 3 * 8
+
+
+# ---------------------------------------------------------------------------------------------- DAPO in TRL
+ALWAYS_RIGHT = 2  # prompts whose index is a multiple of this always get reward 1: their groups are not mixed
+
+
+def dapo_reward(uid, text, index) -> float:
+    return 1.0 if int(index) % ALWAYS_RIGHT == 0 else coin(uid, text)
+
+
+class Recording(CuratedGRPOTrainer):
+    """Keeps every round's gathered (prompt index, reward) rows and every batch handed to training (tests only)."""
+
+    def __init__(self, *args, **kwargs):
+        self.rounds, self.batches = [], []
+        super().__init__(*args, **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        out = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training:
+            self.rounds.append((list(self._scored[0]), self._scored[1].tolist()))
+        return out
+
+    def _generate_and_score_completions(self, inputs):
+        batch = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self.batches.append({k: v.detach().cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)})
+        return batch
+
+
+def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None, **extra):
+    import warnings
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig
+
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    task = ArithmeticTask(levels=["add2", "add3"], n_train=12, n_test=2, seed=0)
+    problems = task.problems("train")
+    ds = Dataset.from_dict({"prompt": [task.render(p, tok) for p in problems], "uid": [p.uid for p in problems]})
+
+    def reward(prompts, completions, uid, rlcurate_index, **kwargs):
+        return [dapo_reward(u, c, i) for u, c, i in zip(uid, completions, rlcurate_index)]
+
+    G, k = 4, 2
+    cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=G * k, gradient_accumulation_steps=1,
+                     num_generations=G, max_completion_length=6, learning_rate=1e-4, max_steps=steps, beta=0.0,
+                     temperature=1.0, top_k=0, top_p=1.0, use_cpu=True, bf16=False, fp16=False, use_vllm=False,
+                     report_to="none", logging_steps=1, disable_tqdm=True, seed=0, gradient_checkpointing=False,
+                     save_strategy="no", **extra)
+    trainer = Recording(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
+                        strategy=strategy, strategy_kwargs=strategy_kwargs)
+    trainer.train()
+    return trainer
+
+
+def rlcurate_dapo_on(rounds, B: int, G: int, **dapo_kwargs):
+    """This package's DAPO (DapoSampler + DapoFilter) fed the rounds TRL generated: the groups it keeps."""
+    from types import SimpleNamespace
+
+    from rlcurate.curation.base import Group
+    from rlcurate.curation.dapo import DapoFilter, DapoSampler
+    from rlcurate.tasks.base import Problem
+
+    queue = list(rounds)
+
+    def generate(indices, n):
+        idx, rewards = queue.pop(0)
+        assert n == G and list(idx[::G]) == list(indices)  # the same prompts, in the same order
+        return [Group(index=int(i), problem=Problem(uid=str(i), question="", answer=""), prompt="",
+                      completions=[None] * G, rewards=np.array(rewards[j * G:(j + 1) * G]), generated=G)
+                for j, i in enumerate(indices)]
+
+    ctx = SimpleNamespace(step=0, prompts_per_step=B, group_size=G, generate=generate,
+                          more_prompts=lambda k: [int(i) for i in queue[0][0][::G]][:k])
+    groups = DapoSampler(**dapo_kwargs).rollout(ctx, [int(i) for i in rounds[0][0][::G]])
+    assert not queue, "TRL generated rounds this package's DAPO would not have"
+    return groups, DapoFilter().process(ctx, groups)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", [5, 1])
+def test_dapo_in_trl_keeps_the_groups_and_advantages_this_packages_dapo_keeps(tmp_path, tiny_checkpoint, cap):
+    """TRL's own GRPOTrainer loop with DAPO's dynamic sampling (huggingface/trl#3708): fed the rounds TRL generated
+    and scored, this package's DAPO keeps the same groups, and the advantages TRL trains on are this package's
+    standardised advantages of those groups (TRL's eps 1e-4, the Bessel std; float32 against float64). At the cap
+    (one generation batch) the batch is filled with unmixed groups that carry no token into the loss."""
+    from rlcurate.stats.advantages import standardised
+
+    trainer = _train_dapo(tmp_path, tiny_checkpoint, steps=4, strategy_kwargs={"max_num_gen_batches": cap})
+    G, B = 4, 2
+    assert len(trainer.dapo_log) == len(trainer.batches) == 4
+    rounds = list(trainer.rounds)
+    extra_rounds = filled = 0
+    for log, batch in zip(trainer.dapo_log, trainer.batches):
+        mine = rounds[:len(log["prompts"]) // B]
+        rounds = rounds[len(mine):]
+        extra_rounds += len(mine) - 1
+        filled += len(log["filled"])
+        groups, kept = rlcurate_dapo_on(mine, B, G, max_num_gen_batches=cap)
+        assert [g.index for g in groups] == log["prompts"] and [g.mixed for g in groups] == log["mixed"]
+        assert [g.index for g in kept] == [log["prompts"][j] for j in log["kept"]]
+        assert all(g.index % ALWAYS_RIGHT for g in kept)  # the always-right prompts never reach training
+        expected = np.concatenate([standardised(g.rewards, eps=1e-4) for g in kept] +
+                                  [np.zeros(G)] * len(log["filled"]))
+        assert batch["advantages"].shape == (B * G,)
+        np.testing.assert_allclose(batch["advantages"].numpy(), expected, atol=2e-6)
+        assert not batch["completion_mask"][len(kept) * G:].any()  # filled groups: no token in the loss
+        assert float(batch["num_items_in_batch"]) == float(batch["completion_mask"].sum())
+    assert not rounds
+    logged = [h for h in trainer.state.log_history if "curation/dapo_gen_batches" in h]
+    if cap > 1:  # some steps needed more than one generation batch
+        assert extra_rounds > 0 and max(h["curation/dapo_gen_batches"] for h in logged) > 1
+    else:  # and some steps at the cap found fewer than B mixed groups
+        assert extra_rounds == 0 and filled > 0 and max(h["curation/dapo_filled_groups"] for h in logged) > 0
+
+
+@pytest.mark.slow
+def test_insight_and_dapo_compose_in_trl(tmp_path, tiny_checkpoint):
+    """'insight+dapo': INSIGHT chooses the generation batch and every top-up, and observes every round."""
+    trainer = _train_dapo(tmp_path, tiny_checkpoint, steps=3, strategy="insight+dapo",
+                          strategy_kwargs={"max_num_gen_batches": 4})
+    sel = trainer.curation
+    assert type(sel.selector).__name__ == "InsightSelector"
+    assert sel.observed == len(trainer.rounds) > 3  # every round, top-ups included, was observed
+    b = sel.selector.beliefs
+    assert (b.alpha - 1).sum() + (b.beta - 1).sum() == sum(len(r) for _, r in trainer.rounds)
+
+
+def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
+    from rlcurate.interop.trl import hosted_parts
+
+    selector, dapo = hosted_parts("insight+dapo", {"max_num_gen_batches": 3})
+    assert selector.name == "insight" and dapo.max_num_gen_batches == 3
+    for name in ["gvm", "dro", "sage"]:
+        with pytest.raises(ValueError, match="In TRL: the prompt-level strategies"):
+            hosted_parts(name)
+
+
+_DAPO_WORKER = r'''
+import json, os, sys, warnings
+warnings.filterwarnings("ignore")
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+import test_interop_trl as T
+from datasets import Dataset
+from transformers import AutoTokenizer
+from transformers.utils import logging as hl
+hl.set_verbosity_error(); hl.disable_progress_bar()
+from trl import GRPOConfig
+from rlcurate.tasks.arithmetic import ArithmeticTask
+ckpt, out = sys.argv[1], Path(sys.argv[2])
+tok = AutoTokenizer.from_pretrained(ckpt)
+task = ArithmeticTask(levels=["add2", "add3"], n_train=12, n_test=2, seed=0)
+ps = task.problems("train")
+ds = Dataset.from_dict({"prompt": [task.render(p, tok) for p in ps], "uid": [p.uid for p in ps]})
+def reward(prompts, completions, uid, rlcurate_index, **kw):
+    return [T.dapo_reward(u, c, i) for u, c, i in zip(uid, completions, rlcurate_index)]
+# 6 rows per process, 4 per group: the second group of every generation batch spans the two processes
+cfg = GRPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=6, num_generations=4,
+                 max_completion_length=6, max_steps=3, beta=0.0, use_cpu=True, ddp_backend="gloo",
+                 report_to="none", save_strategy="no", logging_steps=100, disable_tqdm=True,
+                 gradient_checkpointing=False, top_k=0, seed=0)
+tr = T.Recording(model=ckpt, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
+                 strategy="dapo", strategy_kwargs={"max_num_gen_batches": 5})
+tr.train()
+(out / f"dapo_rank{os.environ['RANK']}.json").write_text(json.dumps({
+    "log": tr.dapo_log, "rounds": tr.rounds, "world": tr.accelerator.num_processes,
+    "batches": [{"advantages": b["advantages"].tolist(), "tokens": b["completion_mask"].sum(1).tolist(),
+                 "items": float(b["num_items_in_batch"])} for b in tr.batches]}))
+'''
+
+
+def _torchrun(tmp_path, script: str, ckpt) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = tmp_path / "worker.py"
+    worker.write_text(script)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                           "--master_port", str(port), str(worker), str(ckpt), str(tmp_path),
+                           str(Path(__file__).parent)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_dapo_in_trl_on_two_processes_keeps_whole_groups_that_span_them(tmp_path, tiny_checkpoint):
+    """torchrun, two CPU processes, 6 rows each in groups of 4: both ranks take the same decisions, and the rows
+    they train on, read rank 0 then rank 1, are this package's DAPO's kept groups with their advantages, each
+    group whole although its rows were generated on two processes."""
+    from rlcurate.stats.advantages import standardised
+
+    _torchrun(tmp_path, _DAPO_WORKER, tiny_checkpoint)
+    r0, r1 = (json.loads((tmp_path / f"dapo_rank{k}.json").read_text()) for k in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert r0["log"] == r1["log"] and r0["rounds"] == r1["rounds"]  # the same decisions from the gathered rewards
+    G, B = 4, 3
+    rounds, spanning = [tuple(r) for r in r0["rounds"]], 0
+    for log, b0, b1 in zip(r0["log"], r0["batches"], r1["batches"]):
+        mine, rounds = rounds[:len(log["prompts"]) // B], rounds[len(log["prompts"]) // B:]
+        groups, kept = rlcurate_dapo_on(mine, B, G, max_num_gen_batches=5)
+        assert [g.index for g in kept] == [log["prompts"][j] for j in log["kept"]]
+        spanning += any(j % B == 1 for j in log["kept"])  # a kept group generated across the two processes
+        expected = np.concatenate([standardised(g.rewards, eps=1e-4) for g in kept] + [np.zeros(G)] * len(log["filled"]))
+        assert len(b0["advantages"]) == len(b1["advantages"]) == 6
+        np.testing.assert_allclose(b0["advantages"] + b1["advantages"], expected, atol=2e-6)
+        assert b0["items"] == b1["items"] == sum(b0["tokens"]) + sum(b1["tokens"])  # the global token count
+    assert not rounds and spanning > 0

@@ -23,14 +23,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 
-__all__ = ["DapoSampler", "DapoFilter", "DapoConfig"]
+__all__ = ["DapoSampler", "DapoFilter", "DapoConfig", "first_mixed"]
 
 log = logging.getLogger(__name__)
+
+
+def first_mixed(mixed: Sequence[bool], wanted: int) -> list[int]:
+    """Positions of the first ``wanted`` mixed groups, in generation order: what DAPO trains on (the one rule this
+    package's filter and the TRL drop-in, :mod:`rlcurate.interop.trl`, share)."""
+    return [i for i, m in enumerate(mixed) if m][:wanted]
 
 
 class DapoSampler(Sampler):
@@ -65,6 +71,10 @@ class DapoSampler(Sampler):
     def metrics(self) -> dict[str, float]:
         return {"dapo_gen_batches": self.last_batches, "dapo_mixed": self.last_mixed}
 
+    def wants_more(self, mixed: int, batches: int, wanted: int) -> bool:
+        """Whether to generate another batch: fewer than ``wanted`` mixed groups so far, and the cap not reached."""
+        return mixed < wanted and batches < self.max_num_gen_batches
+
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
         B = ctx.prompts_per_step
         size = self.gen_batch_size or B
@@ -74,7 +84,7 @@ class DapoSampler(Sampler):
         groups = ctx.generate(first, ctx.group_size)
         batches = 1
         mixed = sum(g.mixed for g in groups)
-        while mixed < B and batches < self.max_num_gen_batches:
+        while self.wants_more(mixed, batches, B):
             more = ctx.generate(ctx.more_prompts(size), ctx.group_size)
             groups.extend(more)
             mixed += sum(g.mixed for g in more)
@@ -93,7 +103,7 @@ class DapoFilter(Processor):
     name = "mixed_filter"
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
-        return [g for g in groups if g.mixed][: ctx.prompts_per_step]
+        return [groups[i] for i in first_mixed([g.mixed for g in groups], ctx.prompts_per_step)]
 
     def state_dict(self) -> dict[str, Any]:
         return {}
