@@ -301,28 +301,37 @@ def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None,
     return trainer
 
 
-def rlcurate_dapo_on(rounds, B: int, G: int, **dapo_kwargs):
-    """This package's DAPO (DapoSampler + DapoFilter) fed the rounds TRL generated: the groups it keeps."""
+def rlcurate_on(strategy: str, rounds, B: int, G: int, **kwargs):
+    """This package's strategy (its own sampler and processors) fed the completions TRL generated and scored in
+    ``rounds`` (one (prompt index per row, reward per row) pair per TRL call): each ``generate`` of m completions
+    of a prompt takes that prompt's next m / G recorded groups, ``more_prompts(k)`` the prompts of the next k
+    recorded groups not yet taken. Returns (generated groups, kept groups)."""
     from types import SimpleNamespace
 
+    from rlcurate.curation import build_curator
     from rlcurate.curation.base import Group
-    from rlcurate.curation.dapo import DapoFilter, DapoSampler
     from rlcurate.tasks.base import Problem
 
-    queue = list(rounds)
+    stream = [(int(idx[k]), rewards[k:k + G]) for idx, rewards in rounds for k in range(0, len(idx), G)]
 
-    def generate(indices, n):
-        idx, rewards = queue.pop(0)
-        assert n == G and list(idx[::G]) == list(indices)  # the same prompts, in the same order
-        return [Group(index=int(i), problem=Problem(uid=str(i), question="", answer=""), prompt="",
-                      completions=[None] * G, rewards=np.array(rewards[j * G:(j + 1) * G]), generated=G)
-                for j, i in enumerate(indices)]
+    def generate(indices, m):
+        out = []
+        for i in indices:
+            r = []
+            for _ in range(m // G):
+                k = next(k for k, (j, _) in enumerate(stream) if j == int(i))
+                r += list(stream.pop(k)[1])
+            out.append(Group(index=int(i), problem=Problem(uid=str(i), question="", answer=""), prompt="",
+                             completions=[SimpleNamespace(token_ids=(0,)) for _ in r], rewards=np.array(r),
+                             generated=len(r)))
+        return out
 
+    curator = build_curator(strategy, **kwargs)
     ctx = SimpleNamespace(step=0, prompts_per_step=B, group_size=G, generate=generate,
-                          more_prompts=lambda k: [int(i) for i in queue[0][0][::G]][:k])
-    groups = DapoSampler(**dapo_kwargs).rollout(ctx, [int(i) for i in rounds[0][0][::G]])
-    assert not queue, "TRL generated rounds this package's DAPO would not have"
-    return groups, DapoFilter().process(ctx, groups)
+                          more_prompts=lambda k: [i for i, _ in stream[:k]])
+    groups = curator.sampler.rollout(ctx, [int(i) for i in rounds[0][0][::G]])
+    assert not stream, "TRL generated completions this package's strategy would not have"
+    return groups, curator.process(ctx, groups)
 
 
 @pytest.mark.slow
@@ -336,20 +345,18 @@ def test_dapo_in_trl_keeps_the_groups_and_advantages_this_packages_dapo_keeps(tm
 
     trainer = _train_dapo(tmp_path, tiny_checkpoint, steps=4, strategy_kwargs={"max_num_gen_batches": cap})
     G, B = 4, 2
-    assert len(trainer.dapo_log) == len(trainer.batches) == 4
+    assert len(trainer.step_log) == len(trainer.batches) == 4
     rounds = list(trainer.rounds)
     extra_rounds = filled = 0
-    for log, batch in zip(trainer.dapo_log, trainer.batches):
-        mine = rounds[:len(log["prompts"]) // B]
-        rounds = rounds[len(mine):]
+    for log, batch in zip(trainer.step_log, trainer.batches):
+        mine, rounds = rounds[:log["calls"]], rounds[log["calls"]:]
         extra_rounds += len(mine) - 1
-        filled += len(log["filled"])
-        groups, kept = rlcurate_dapo_on(mine, B, G, max_num_gen_batches=cap)
-        assert [g.index for g in groups] == log["prompts"] and [g.mixed for g in groups] == log["mixed"]
-        assert [g.index for g in kept] == [log["prompts"][j] for j in log["kept"]]
+        filled += log["filled_groups"]
+        groups, kept = rlcurate_on("dapo", mine, B, G, max_num_gen_batches=cap)
+        assert [(g.index, g.size) for g in groups] == [tuple(x) for x in log["generated"]]
+        assert [g.index for g in kept] == log["kept"]
         assert all(g.index % ALWAYS_RIGHT for g in kept)  # the always-right prompts never reach training
-        expected = np.concatenate([standardised(g.rewards, eps=1e-4) for g in kept] +
-                                  [np.zeros(G)] * len(log["filled"]))
+        expected = np.concatenate([standardised(g.rewards, eps=1e-4) for g in kept] + [np.zeros(G)] * log["filled_groups"])
         assert batch["advantages"].shape == (B * G,)
         np.testing.assert_allclose(batch["advantages"].numpy(), expected, atol=2e-6)
         assert not batch["completion_mask"][len(kept) * G:].any()  # filled groups: no token in the loss
@@ -359,7 +366,7 @@ def test_dapo_in_trl_keeps_the_groups_and_advantages_this_packages_dapo_keeps(tm
     if cap > 1:  # some steps needed more than one generation batch
         assert extra_rounds > 0 and max(h["curation/dapo_gen_batches"] for h in logged) > 1
     else:  # and some steps at the cap found fewer than B mixed groups
-        assert extra_rounds == 0 and filled > 0 and max(h["curation/dapo_filled_groups"] for h in logged) > 0
+        assert extra_rounds == 0 and filled > 0 and max(h["curation/filled_groups"] for h in logged) > 0
 
 
 @pytest.mark.slow
@@ -378,9 +385,9 @@ def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
     from rlcurate.interop.trl import hosted_parts
 
     selector, dapo = hosted_parts("insight+dapo", {"max_num_gen_batches": 3})
-    assert selector.name == "insight" and dapo.max_num_gen_batches == 3
+    assert selector.name == "insight" and dapo.sampler.max_num_gen_batches == 3
     for name in ["gvm", "dro", "sage"]:
-        with pytest.raises(ValueError, match="In TRL: the prompt-level strategies"):
+        with pytest.raises(ValueError, match="cannot run in TRL's GRPOTrainer"):
             hosted_parts(name)
 
 
@@ -412,7 +419,7 @@ tr = T.Recording(model=ckpt, reward_funcs=reward, args=cfg, train_dataset=ds, pr
                  strategy="dapo", strategy_kwargs={"max_num_gen_batches": 5})
 tr.train()
 (out / f"dapo_rank{os.environ['RANK']}.json").write_text(json.dumps({
-    "log": tr.dapo_log, "rounds": tr.rounds, "world": tr.accelerator.num_processes,
+    "log": tr.step_log, "rounds": tr.rounds, "world": tr.accelerator.num_processes,
     "batches": [{"advantages": b["advantages"].tolist(), "tokens": b["completion_mask"].sum(1).tolist(),
                  "items": float(b["num_items_in_batch"])} for b in tr.batches]}))
 '''
@@ -454,12 +461,51 @@ def test_dapo_in_trl_on_two_processes_keeps_whole_groups_that_span_them(tmp_path
     G, B = 4, 3
     rounds, spanning = [tuple(r) for r in r0["rounds"]], 0
     for log, b0, b1 in zip(r0["log"], r0["batches"], r1["batches"]):
-        mine, rounds = rounds[:len(log["prompts"]) // B], rounds[len(log["prompts"]) // B:]
-        groups, kept = rlcurate_dapo_on(mine, B, G, max_num_gen_batches=5)
-        assert [g.index for g in kept] == [log["prompts"][j] for j in log["kept"]]
-        spanning += any(j % B == 1 for j in log["kept"])  # a kept group generated across the two processes
-        expected = np.concatenate([standardised(g.rewards, eps=1e-4) for g in kept] + [np.zeros(G)] * len(log["filled"]))
+        mine, rounds = rounds[:log["calls"]], rounds[log["calls"]:]
+        groups, kept = rlcurate_on("dapo", mine, B, G, max_num_gen_batches=5)
+        assert [g.index for g in kept] == log["kept"]
+        positions = [k for k, g in enumerate(groups) if g.mixed][:B]
+        spanning += any(k % B == 1 for k in positions)  # a kept group generated across the two processes
+        expected = np.concatenate([standardised(g.rewards, eps=1e-4) for g in kept] + [np.zeros(G)] * log["filled_groups"])
         assert len(b0["advantages"]) == len(b1["advantages"]) == 6
         np.testing.assert_allclose(b0["advantages"] + b1["advantages"], expected, atol=2e-6)
         assert b0["items"] == b1["items"] == sum(b0["tokens"]) + sum(b1["tokens"])  # the global token count
     assert not rounds and spanning > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_repeat", [4, 8])
+def test_ada_seq_in_trl_keeps_the_rows_and_advantages_this_packages_ada_seq_keeps(tmp_path, tiny_checkpoint,
+                                                                                 round_repeat):
+    """Reinforce-Ada-Seq (balanced exit) hosted in TRL's loop: rounds of round_repeat completions per prompt still
+    active (whole groups of num_generations = 4; the dataloader's batch is the first group of the first round),
+    the balanced downsample to 4 and the pool baseline p_hat (scale_rewards 'none': Dr. GRPO's r - p_hat, the
+    released script's setting). Fed the same completions, this package's Ada-Seq keeps the same rows with the
+    same advantages; the always-right prompts stay to the last round."""
+    from rlcurate.curation.base import group_advantages
+
+    kw = {"max_rounds": 3, "round_repeat": round_repeat}
+    trainer = _train_dapo(tmp_path, tiny_checkpoint, steps=3, strategy="ada_seq_balanced", strategy_kwargs=kw,
+                          scale_rewards="none")
+    G, B = 4, 2
+    rounds = list(trainer.rounds)
+    most = 0
+    for log, batch in zip(trainer.step_log, trainer.batches):
+        mine, rounds = rounds[:log["calls"]], rounds[log["calls"]:]
+        groups, kept = rlcurate_on("ada_seq_balanced", mine, B, G, **kw)
+        assert [(g.index, g.size) for g in groups] == [tuple(x) for x in log["generated"]]
+        assert [g.index for g in kept] == log["kept"] and all(g.size == G for g in kept)
+        most = max(most, max(g.size for g in groups))
+        expected = np.concatenate([group_advantages(g, "drgrpo", 1e-4) for g in kept])
+        np.testing.assert_allclose(batch["advantages"].numpy(), expected, atol=1e-6)
+        assert batch["completion_mask"].shape[0] == B * G
+    assert not rounds
+    assert most == 3 * round_repeat  # a prompt that never met the exit rule ran every round
+    logged = [h for h in trainer.state.log_history if "curation/ada_rounds" in h]
+    assert logged and max(h["curation/ada_rounds"] for h in logged) == 3
+
+
+def test_trl_refuses_ada_seq_rounds_that_are_not_whole_groups(tmp_path, tiny_checkpoint):
+    with pytest.raises(ValueError, match="round_repeat 6 is not a multiple of num_generations 4"):
+        _train_dapo(tmp_path, tiny_checkpoint, steps=1, strategy="ada_seq_balanced",
+                    strategy_kwargs={"round_repeat": 6})

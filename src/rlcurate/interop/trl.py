@@ -38,19 +38,21 @@ Usage::
     trainer.train()
     trainer.curation.selector.beliefs.alpha   # what INSIGHT learned
 
-**DAPO's dynamic sampling** (``strategy="dapo"``, or composed with a selector, ``"insight+dapo"``; chapter 6): TRL
-has no hook for it (huggingface/trl#3708), so :class:`CuratedGRPOTrainer` overrides
-``_generate_and_score_completions``. After TRL has generated and scored the sampler's generation batch of B prompts,
-it generates further batches of ``gen_batch_size`` prompts chosen by the same selection while fewer than B groups are
-mixed and fewer than ``max_num_gen_batches`` batches were generated (:meth:`DapoSampler.wants_more`), then keeps the
-first B mixed groups in generation order (:func:`rlcurate.curation.dapo.first_mixed`), the rule of this package's DAPO.
-Every round is TRL's own generation and scoring (so its reward functions, vLLM and metrics apply unchanged) and every
-rank takes the same decisions from the rewards TRL gathers. The kept rows are then gathered from whichever process
-generated them (``accelerate.utils.gather_object``) and dealt out again, ``len(inputs)`` rows per process, so a group
-that spanned two processes arrives whole. Advantages are TRL's, computed within each group (``scale_rewards`` "group"
-or "none"; "batch" would mix in the dropped groups and is refused). When the cap is reached with fewer than B mixed
-groups, the batch is filled with unmixed groups whose completion mask is zeroed: they carry no token into the loss, as
-this package trains on what it found.
+**Response-level strategies TRL can host** (:func:`hosted_parts`): DAPO's dynamic sampling (``dapo``) and
+Reinforce-Ada-Seq (``ada_seq_balanced``, ``ada_seq_positive``), alone or after a selector (``insight+dapo``). TRL has
+no hook for them (dynamic sampling is huggingface/trl#3708), so :class:`CuratedGRPOTrainer` overrides
+``_generate_and_score_completions`` and runs this package's own sampler and processors (chapter 6) in a step context
+(:class:`_Rounds`) whose ``generate`` is TRL's own generation and scoring: the dataloader's batch is the first group
+of each chunk prompt, and every further group (DAPO's extra generation batches, drawn by the selector; Ada-Seq's
+rounds for the prompts still active) is one more of TRL's generate-and-score calls, so its reward functions, vLLM and
+metrics apply unchanged, and every rank takes the same decisions from the rewards TRL gathers. The kept rows are then
+gathered from whichever process generated them (``accelerate.utils.gather_object``) and dealt out again,
+``len(inputs)`` rows per process, so a group that spanned two processes arrives whole. Advantages are this package's
+(:func:`rlcurate.curation.base.group_advantages`: GRPO for ``scale_rewards="group"``, Dr. GRPO's r - baseline for
+"none"; Ada-Seq's pool baseline p_hat; TRL's eps 1e-4). TRL trains fixed-size batches: where a strategy keeps fewer
+than B groups of ``num_generations`` (DAPO at its cap), the batch is filled with rows whose completion mask is
+zeroed, so they carry no token into the loss, as this package trains on what it found. Ada-Seq's ``round_repeat``
+must be a multiple of ``num_generations`` (TRL generates whole groups; the released script's 8 and 4 are).
 
 The prefilter takes the audit's ``mixed.jsonl`` (``strategy_kwargs={"audit_file": ...}``) and matches
 its uids against a dataset column (``uid_column``, default ``"uid"``; positions when absent).
@@ -67,6 +69,7 @@ import json
 import os
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
@@ -81,32 +84,186 @@ _TEXT_ONLY = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", 
 
 
 def hosted_parts(strategy, strategy_kwargs: dict | None = None):
-    """What of a strategy TRL's ``GRPOTrainer`` can host: ``(prompt selector, DapoSampler or None)``.
+    """What of a strategy TRL's ``GRPOTrainer`` can host: ``(prompt selector, curator or None)``.
 
-    A prompt-level strategy (:data:`PROMPT_LEVEL_STRATEGIES`) runs as the sampler; DAPO's dynamic sampling, alone or
-    after a selector (``insight+dapo``), runs in :class:`CuratedGRPOTrainer`. Anything else is refused here, before
-    the model loads, naming the strategy and why."""
+    A prompt-level strategy (:data:`PROMPT_LEVEL_STRATEGIES`) runs as the sampler alone (curator None). A strategy
+    whose sampler and processors TRL can host (:data:`HOSTED_SAMPLERS`, :data:`HOSTED_PROCESSORS`: DAPO's dynamic
+    sampling, Reinforce-Ada-Seq, alone or after a selector, e.g. ``insight+dapo``) also returns its curator, which
+    :class:`CuratedGRPOTrainer` runs around TRL's generation. Anything else is refused here, before the model
+    loads, naming the strategy and why."""
     from rlcurate.curation import build_curator
-    from rlcurate.curation.base import Curator, Selector
-    from rlcurate.curation.dapo import DapoFilter, DapoSampler
+    from rlcurate.curation.base import Curator, Processor, Sampler, Selector
 
     kwargs = dict(strategy_kwargs or {})
     if isinstance(strategy, Selector):
         return resolve_selector(strategy, **kwargs), None
     curator = build_curator(strategy, **kwargs) if isinstance(strategy, str) else strategy
-    if isinstance(curator, Curator) and isinstance(curator.sampler, DapoSampler):
-        extra = [p.name for p in curator.processors if not isinstance(p, DapoFilter)]
-        if extra:
-            raise ValueError(f"strategy {curator.name!r}: TRL hosts DAPO's dynamic sampling with a prompt selector, "
-                             f"not the processors {', '.join(extra)}")
-        return resolve_selector(curator.selector), curator.sampler
-    try:
+    if not isinstance(curator, Curator):
+        return resolve_selector(curator), None  # its own message
+    plain = type(curator.sampler) is Sampler and all(type(q) is Processor for q in curator.processors)
+    if plain:
         return resolve_selector(curator), None
-    except ValueError as exc:
-        raise ValueError(f"{exc} In TRL: the prompt-level strategies ({', '.join(PROMPT_LEVEL_STRATEGIES)}) and DAPO's "
-                         f"dynamic sampling, alone or after one of them (e.g. 'insight+dapo').") from None
+    hosted = {c.__name__ for c in _hosted_classes()}
+    foreign = [part.name for part in [curator.sampler, *curator.processors]
+               if type(part) not in (Sampler, Processor) and type(part).__name__ not in hosted]
+    if foreign:
+        raise ValueError(f"strategy {curator.name!r} cannot run in TRL's GRPOTrainer: {', '.join(foreign)} needs "
+                         f"this package's trainer (per-prompt rollout counts, hints written into prompts or token "
+                         f"weights, which TRL's fixed-size batches do not carry yet). In TRL: the prompt-level "
+                         f"strategies ({', '.join(PROMPT_LEVEL_STRATEGIES)}), DAPO's dynamic sampling and "
+                         f"Reinforce-Ada-Seq, alone or after a prompt-level one (e.g. 'insight+dapo').")
+    return resolve_selector(curator.selector), curator
 
-SAMPLER_STATE_FILE = "rlcurate_sampler.json"
+
+def _hosted_classes():
+    from rlcurate.curation.ada_seq import AdaSeqDownsample, AdaSeqSampler
+    from rlcurate.curation.dapo import DapoFilter, DapoSampler
+
+    return (DapoSampler, AdaSeqSampler, DapoFilter, AdaSeqDownsample)
+
+
+class _Row:
+    """A completion TRL generated in call ``call`` at global row ``row`` (what a hosted strategy's groups hold)."""
+
+    __slots__ = ("call", "row", "token_ids")
+
+    def __init__(self, call: int, row: int):
+        self.call, self.row = call, row
+        self.token_ids = (0,)  # processors that weight per token read a length; the weight is per completion here
+
+    def __repr__(self):
+        return f"_Row({self.call}, {self.row})"
+
+
+class _Rounds:
+    """The step context a hosted strategy's sampler runs in (``generate``, ``more_prompts``): every ``generate`` is
+    one or more of TRL's own generate-and-score calls on this process's share of the rows, the same on every rank.
+
+    The first call is the dataloader's generation batch (``inputs``): its prompts are the step's chunk, and a first
+    ``generate`` of them takes those completions as each prompt's first group. A call's rows are whole groups of
+    ``num_generations``, padded with groups of its first prompt until they split evenly over the processes (the
+    padding is generated but neither observed nor trained on)."""
+
+    def __init__(self, trainer, inputs):
+        self.t, self.n = trainer, trainer.num_generations
+        self.calls: list[tuple[dict, torch.Tensor]] = []  # (TRL's output for this process's rows, global rewards)
+        self._call(inputs, padding=0)
+        self.first = [int(i) for i in trainer._scored[0][::self.n]]
+        self._first_unused = True
+
+    def chunk_prompts(self) -> list[int]:
+        return list(self.first)
+
+    def context(self, step: int, prompts_per_step: int):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(step=step, prompts_per_step=prompts_per_step, group_size=self.n,
+                               generate=self.generate, more_prompts=self.t.curation.selector.draw)
+
+    def _call(self, rows: list[dict], padding: int) -> int:
+        """One of TRL's generate-and-score calls on this process's ``rows``; the last ``padding`` global rows are
+        not evidence. Returns the call's number."""
+        t = self.t
+        total = len(rows) * t.accelerator.num_processes
+        t._unobserved = set(range(total - padding, total))
+        try:
+            out = super(CuratedGRPOTrainer, t)._generate_and_score_completions(rows)
+        finally:
+            t._unobserved = set()
+        unknown = [k for k, v in out.items() if v is not None and k not in _TEXT_ONLY]
+        if unknown:
+            raise NotImplementedError(f"strategy {t.curator.name!r} in TRL handles text batches; this batch also "
+                                      f"holds {unknown}")
+        self.calls.append((out, t._scored[1]))
+        return len(self.calls) - 1
+
+    def _generate_groups(self, prompts: list[int]) -> tuple[int, list[int]]:
+        """Generate one group of each of ``prompts`` (padded to split evenly); returns the call and each group's
+        first global row."""
+        P, n = self.t.accelerator.num_processes, self.n
+        pad = 0
+        while (len(prompts) + pad) * n % P:
+            pad += 1
+        everything = list(prompts) + [prompts[0]] * pad
+        rows = [self.t.train_dataset[int(i)] for i in everything for _ in range(n)]
+        share = len(rows) // P
+        rank = self.t.accelerator.process_index
+        call = self._call(rows[rank * share:(rank + 1) * share], padding=pad * n)
+        return call, [k * n for k in range(len(prompts))]
+
+    def generate(self, indices, m) -> list:
+        """``m`` completions of each prompt (a multiple of num_generations), as this package's groups."""
+        from rlcurate.curation.base import Group
+
+        indices, n = [int(i) for i in indices], self.n
+        if isinstance(m, (list, tuple)) or m % n:
+            raise ValueError(f"TRL generates whole groups of {n}: a strategy asked for {m} completions per prompt")
+        refs: list[list[_Row]] = [[] for _ in indices]
+        todo = [[a] * (m // n) for a in range(len(indices))]
+        if self._first_unused and indices[:len(self.first)] == self.first:
+            self._first_unused = False
+            for a in range(len(self.first)):  # the dataloader's batch: each chunk prompt's first group
+                refs[a] += [_Row(0, a * n + j) for j in range(n)]
+                todo[a] = todo[a][1:]
+        order = [a for per in todo for a in per]
+        order.sort()  # a prompt's groups next to each other, in prompt order
+        if order:
+            call, starts = self._generate_groups([indices[a] for a in order])
+            for a, start in zip(order, starts):
+                refs[a] += [_Row(call, start + j) for j in range(n)]
+        groups = []
+        for a, i in enumerate(indices):
+            r = np.array([float(self.calls[x.call][1][x.row]) for x in refs[a]])
+            keep = ~np.isnan(r)  # unscorable completions are not part of the pool
+            rows = [x for x, k in zip(refs[a], keep) if k]
+            groups.append(Group(index=i, problem=self.t.curation.problems[i], prompt="", completions=rows,
+                                rewards=r[keep], generated=len(refs[a])))
+        return groups
+
+    def spare(self) -> _Row:
+        """A row to stand in where a group is short (its completion mask is zeroed)."""
+        return _Row(0, 0)
+
+    def deal(self, slots: list[tuple[_Row, float, bool]]) -> dict:
+        """The training batch: ``slots`` in order, ``len(inputs)`` per process. Each process sends the slots whose
+        rows it generated (with the advantage set and, where masked, the completion mask zeroed), every process
+        takes its own share, prompts left-padded and completions right-padded to the widest."""
+        from accelerate.utils import gather_object
+
+        t = self.t
+        P, rank = t.accelerator.num_processes, t.accelerator.process_index
+        mine = []
+        for pos, (ref, adv, masked) in enumerate(slots):
+            out, rewards = self.calls[ref.call]
+            local = rewards.numel() // P
+            if ref.row // local != rank:
+                continue
+            row = {key: v[ref.row % local].detach().cpu() for key, v in out.items()
+                   if isinstance(v, torch.Tensor) and v.ndim > 0}
+            row["advantages"] = torch.tensor(adv, dtype=row["advantages"].dtype)
+            if masked:
+                for key in ("completion_mask", "tool_mask"):
+                    if key in row:
+                        row[key] = torch.zeros_like(row[key])
+            mine.append((pos, row))
+        everything = sorted((item for part in gather_object([mine]) for item in part), key=lambda x: x[0])
+        share = len(everything) // P
+        rows = [row for _, row in everything[rank * share:(rank + 1) * share]]
+        device = t.accelerator.device
+        batch = {}
+        for key in rows[0]:
+            parts = [row[key] for row in rows]
+            if parts[0].ndim == 0:
+                batch[key] = torch.stack(parts).to(device)
+                continue
+            width = max(x.shape[0] for x in parts)
+            pad = t._tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+            sides = (lambda w: (w, 0)) if key in _PROMPT_SIDE else (lambda w: (0, w))
+            batch[key] = torch.stack([torch.nn.functional.pad(x, sides(width - x.shape[0]), value=pad)
+                                      for x in parts]).to(device)
+        tokens = sum(float((row["completion_mask"] * row.get("tool_mask", 1)).sum()) for _, row in everything)
+        batch["num_items_in_batch"] = torch.tensor(tokens, device=device)
+        return batch
 
 
 class CurationSampler(Sampler[int]):
@@ -203,7 +360,11 @@ class CuratedGRPOTrainer(GRPOTrainer):
             raise ValueError("CuratedGRPOTrainer needs a train_dataset")
         kwargs["train_dataset"] = _with_columns(train_dataset, index_column)
         self.index_column = index_column
-        selector, self.dapo = hosted_parts(strategy, strategy_kwargs)  # refused before the model loads
+        selector, self.curator = hosted_parts(strategy, strategy_kwargs)  # refused before the model loads
+        if self.curator is not None:
+            from trl import GRPOConfig
+
+            self._check_hosted(kwargs.get("args") or GRPOConfig(output_dir="."))
         self._uid_column = uid_column
         self.curation: PromptSelection | None = None
         self.curation_log: list[dict[int, tuple[int, int]]] = []
@@ -214,9 +375,9 @@ class CuratedGRPOTrainer(GRPOTrainer):
         self.curation = PromptSelection(selector, len(ds), group_size=self.num_generations, seed=self.args.seed,
                                         uids=uids)
         self._scored: tuple[list[int], torch.Tensor] | None = None  # the latest generation's (indices, rewards)
-        self.dapo_log: list[dict] = []  # per DAPO step: every group's prompt and whether mixed, the kept positions
-        if self.dapo is not None:
-            self._check_dynamic_sampling()
+        self._unobserved: set[int] = set()  # rows of the latest generation that only pad it (not evidence)
+        self.step_log: list[dict] = []  # per step of a response-level strategy: what was generated and kept
+
 
     # ------------------------------------------------------------------ the sampler
     def _get_train_sampler(self, dataset=None) -> Sampler:
@@ -244,121 +405,55 @@ class CuratedGRPOTrainer(GRPOTrainer):
             rewards = (rewards_per_func * w).nansum(dim=1)
             rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: not evidence
             self._scored = (indices, rewards.detach().cpu())
-            counts = self.curation.observe(indices, rewards.detach().cpu().numpy())
+            evidence = rewards.detach().cpu().numpy().copy()
+            evidence[sorted(self._unobserved)] = np.nan
+            counts = self.curation.observe(indices, evidence)
             self.curation_log.append(counts)
             for k, v in self.curation.metrics().items():
                 self._metrics["train"][f"curation/{k}"].append(v)
         return rewards_per_func
 
-    # ------------------------------------------------------------------ DAPO's dynamic sampling
-    def _check_dynamic_sampling(self) -> None:
-        n, P = self.num_generations, self.accelerator.num_processes
-        wanted = self.args.generation_batch_size // n
-        size = self.dapo.gen_batch_size or wanted
-        if self.scale_rewards not in ("group", "none") or self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(f"DAPO's dynamic sampling in TRL needs advantages computed within each group "
+    # ------------------------------------------------------------------ response-level strategies
+    def _check_hosted(self, args) -> None:
+        """Before the model loads: the GRPOConfig options a hosted strategy cannot work with."""
+        scale, aggregation = args.scale_rewards, args.multi_objective_aggregation
+        if scale not in ("group", "none") or aggregation != "sum_then_normalize":
+            raise ValueError(f"strategy {self.curator.name!r} in TRL needs advantages computed within each group "
                              f"(scale_rewards 'group' or 'none', multi_objective_aggregation 'sum_then_normalize'); "
-                             f"got scale_rewards={self.scale_rewards!r}, which would mix in the groups it drops")
-        for what, prompts in (("gen_batch_size", size), ("gen_batch_size - B", max(size - wanted, 0))):
-            if prompts * n % P:
-                raise ValueError(f"DAPO in TRL: {what} = {prompts} prompts x num_generations {n} rollouts do not "
-                                 f"split evenly over {P} processes")
-
-    def _rows_of(self, indices: list[int]) -> list[dict]:
-        """This process's share of the rows of ``indices`` x num_generations (TRL's layout: a prompt's
-        completions next to each other, the global batch cut into equal consecutive shares)."""
-        rows = [self.train_dataset[int(i)] for i in indices for _ in range(self.num_generations)]
-        share = len(rows) // self.accelerator.num_processes
-        rank = self.accelerator.process_index
-        return rows[rank * share:(rank + 1) * share]
+                             f"got scale_rewards={scale!r}, multi_objective_aggregation={aggregation!r}")
+        n = args.num_generations
+        m = getattr(self.curator.sampler, "round_repeat", n)
+        if m % n:
+            raise ValueError(f"strategy {self.curator.name!r} in TRL: round_repeat {m} is not a multiple of "
+                             f"num_generations {n} (TRL generates whole groups)")
 
     def _generate_and_score_completions(self, inputs):
-        if self.dapo is None or not self.model.training:
+        if self.curator is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        from accelerate.utils import gather_object
+        from rlcurate.curation.base import group_advantages
 
-        from rlcurate.curation.dapo import first_mixed
-
-        n = self.num_generations
-        wanted = len(inputs) * self.accelerator.num_processes // n  # B: the groups of one generation batch
-        size = self.dapo.gen_batch_size or wanted
-        rounds = []  # (TRL's output for this process's rows, the global rewards of the round)
-        prompts: list[int] = []  # the prompt of every generated group, in generation order
-
-        def generate(rows):
-            out = super(CuratedGRPOTrainer, self)._generate_and_score_completions(rows)
-            unknown = [k for k, v in out.items() if v is not None and k not in _TEXT_ONLY]
-            if unknown:
-                raise NotImplementedError(f"DAPO in TRL handles text batches; this batch also holds {unknown}")
-            rounds.append((out, self._scored[1]))
-            prompts.extend(self._scored[0][::n])
-            return self._scored[1]
-
-        def mixed_groups(rewards):
-            out = []
-            for g in rewards.view(-1, n):
-                g = g[~torch.isnan(g)]
-                out.append(bool(g.numel() > 1 and (g != g[0]).any()))
-            return out
-
-        mixed = mixed_groups(generate(inputs))
-        if size > wanted:  # the first batch topped up from the selection, as this package's DapoSampler does
-            mixed += mixed_groups(generate(self._rows_of(self.curation.select(size - wanted))))
-        batches = 1
-        while self.dapo.wants_more(sum(mixed), batches, wanted):
-            mixed += mixed_groups(generate(self._rows_of(self.curation.select(size))))
-            batches += 1
-        kept = first_mixed(mixed, wanted)
-        filled = [g for g, m in enumerate(mixed) if not m][: wanted - len(kept)]  # only at the cap: masked below
-        self.dapo.last_batches, self.dapo.last_mixed = batches, int(sum(mixed))
-        self.dapo_log.append({"prompts": prompts, "mixed": mixed, "kept": kept, "filled": filled})
-        for k, v in {"dapo_gen_batches": batches, "dapo_mixed": int(sum(mixed)),
-                     "dapo_filled_groups": len(filled)}.items():
+        host = _Rounds(self, inputs)
+        chunk = host.chunk_prompts()
+        B = len(chunk)
+        ctx = host.context(step=self.state.global_step, prompts_per_step=B)
+        groups = self.curator.sampler.rollout(ctx, chunk)
+        kept = self.curator.process(ctx, groups)
+        kind = "grpo" if self.scale_rewards == "group" else "drgrpo"
+        slots = []  # (row, advantage, masked), in training order
+        for g in kept[:B]:
+            adv = group_advantages(g, kind, eps=1e-4)
+            scale = [1.0 if g.token_weights is None else float(np.mean(g.token_weights[j]) if len(g.token_weights[j]) else 0.0)
+                     for j in range(g.size)]
+            slots += [(row, float(a) * f, False) for row, a, f in zip(g.completions, adv, scale)]
+            slots += [(g.completions[0] if g.completions else host.spare(), 0.0, True)] * (self.num_generations - g.size)
+        filled = B - min(len(kept), B)
+        slots += [(host.spare(), 0.0, True)] * (filled * self.num_generations)
+        self.step_log.append({"generated": [(g.index, g.size) for g in groups], "kept": [g.index for g in kept[:B]],
+                              "filled_groups": filled, "calls": len(host.calls)})
+        parts = {k: v for part in [self.curator.sampler, *self.curator.processors] for k, v in part.metrics().items()}
+        for k, v in {**parts, "generation_calls": len(host.calls), "filled_groups": filled}.items():
             self._metrics["train"][f"curation/{k}"].append(float(v))
-        return self._deal(rounds, kept + filled, set(filled), gather_object)
-
-    def _deal(self, rounds, groups: list[int], masked: set, gather_object) -> dict:
-        """The rows of ``groups`` (positions in generation order over all rounds), ``len(inputs)`` per process in
-        that order: each process sends the kept rows it generated, every process takes its own share."""
-        n, P, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
-        where = {}  # global group position -> (round, first global row of the group)
-        g0 = 0
-        for r, (_, rewards) in enumerate(rounds):
-            for j in range(rewards.numel() // n):
-                where[g0 + j] = (r, j * n)
-            g0 += rewards.numel() // n
-        mine = []
-        for slot, g in enumerate(groups):
-            r, first = where[g]
-            out, rewards = rounds[r]
-            local = rewards.numel() // P
-            for k in range(first, first + n):
-                if k // local == rank:
-                    row = {key: v[k % local].detach().cpu() for key, v in out.items()
-                           if isinstance(v, torch.Tensor) and v.ndim > 0}
-                    if g in masked:
-                        for key in ("completion_mask", "tool_mask"):
-                            if key in row:
-                                row[key] = torch.zeros_like(row[key])
-                    mine.append((slot * n + k - first, row))
-        everything = sorted(((pos, row) for part in gather_object([mine]) for pos, row in part), key=lambda t: t[0])
-        share = len(everything) // P
-        rows = [row for _, row in everything[rank * share:(rank + 1) * share]]
-        device = self.accelerator.device
-        batch = {}
-        for key in rows[0]:
-            parts = [row[key] for row in rows]
-            if parts[0].ndim == 0:
-                batch[key] = torch.stack(parts).to(device)
-                continue
-            width = max(x.shape[0] for x in parts)
-            pad = self._tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else 0
-            left = key in _PROMPT_SIDE
-            batch[key] = torch.stack([torch.nn.functional.pad(x, (width - x.shape[0], 0) if left else
-                                                              (0, width - x.shape[0]), value=pad) for x in parts]).to(device)
-        mask = [row["completion_mask"] * row.get("tool_mask", 1) for _, row in everything]
-        batch["num_items_in_batch"] = torch.tensor(float(sum(m.sum() for m in mask)), device=device)
-        return batch
+        return host.deal(slots)
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
