@@ -81,6 +81,7 @@ _PROMPT_SIDE = ("prompt_ids", "prompt_mask")  # left-padded; every other per-row
 _TEXT_ONLY = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_per_token_logps",
               "ref_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask",
               "num_items_in_batch")
+SAMPLER_STATE_FILE = "rlcurate_sampler.json"
 
 
 def hosted_parts(strategy, strategy_kwargs: dict | None = None):
