@@ -237,3 +237,16 @@ def test_pool_baseline_advantage_is_registered_with_verl():
     a2, _ = fn(token_level_rewards=tl, response_mask=mask, index=np.array(["u"] * 6, dtype=object))
     a3, _ = core_algos.compute_grpo_outcome_advantage(tl, mask, np.array(["u"] * 6, dtype=object))
     assert torch.equal(a2, a3)
+
+
+def test_pool_baseline_advantage_refuses_a_verl_that_never_passes_the_baselines(monkeypatch):
+    """verl 0.8 and later (measured on 0.9.1: the v1 trainer's _compute_advantage passes a fixed list of fields)
+    never hand reward_baselines to a registered estimator; there the estimator says so instead of computing plain
+    GRPO without a word (issue #32)."""
+    import rlcurate.interop.verl as adapter
+
+    tl, mask = torch.zeros(2, 3), torch.ones(2, 3)
+    monkeypatch.setattr(adapter, "VERL_VERSION", (0, 9, 1))
+    with pytest.raises(ValueError, match="received no reward_baselines: verl 0.9.1's trainer passes a fixed list"):
+        adapter.pool_baseline_advantage(tl, mask, np.array(["u", "u"], dtype=object))
+    assert adapter._version("0.9.1.dev0") == (0, 9, 1) and adapter.TESTED_VERL == (0, 7, 1)

@@ -51,6 +51,18 @@ except ImportError as exc:  # pragma: no cover - only without verl
     raise ImportError("rlcurate.interop.verl needs verl (tested with verl 0.7.1; see appendix A2 for the "
                       "install without its GPU-only dependencies)") from exc
 
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text).split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+VERL_VERSION = _version(getattr(verl, "__version__", "0"))
+TESTED_VERL = (0, 7, 1)
+"""The verl release this adapter was tested against with verl's own classes (appendix A2)."""
+
 try:
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _SamplerBase
 
@@ -59,7 +71,7 @@ except ImportError:  # verl >= 0.8 removed the hook
     _SamplerBase = torch.utils.data.Sampler
     HAS_CURRICULUM_HOOK = False
 
-__all__ = ["CurationSampler", "HAS_CURRICULUM_HOOK", "dataset_indices", "pool_baseline_advantage",
+__all__ = ["CurationSampler", "HAS_CURRICULUM_HOOK", "VERL_VERSION", "TESTED_VERL", "dataset_indices", "pool_baseline_advantage",
            "register_advantage_estimators", "POOL_ADV_ESTIMATOR"]
 
 POOL_ADV_ESTIMATOR = "rlcurate_pool_grpo"
@@ -221,9 +233,16 @@ def pool_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: to
     With a 1-D ``reward_baselines`` (N unknown) the std is the population one, sqrt(p_hat (1 - p_hat)),
     so every advantage is exactly sqrt(N / (N - 1)) times the official one: 1.069 for pools of 8,
     1.033 for 16, 1.016 for 32; a pool of one class (p_hat 0 or 1) then takes the floor 1 / sqrt(m),
-    m the prompt's responses in the batch. Without ``reward_baselines`` this is verl's GRPO.
+    m the prompt's responses in the batch. Without ``reward_baselines`` this is verl's GRPO on verl 0.7, and
+    refused on verl 0.8 and later, whose trainers never pass them (it would be GRPO without a word).
     Returns (advantages, returns), both [batch, response_length], zero outside the response.
     """
+    if reward_baselines is None and VERL_VERSION >= (0, 8):
+        raise ValueError(f"{POOL_ADV_ESTIMATOR} received no reward_baselines: verl "
+                         f"{'.'.join(map(str, VERL_VERSION))}'s trainer passes a fixed list of fields to a registered "
+                         f"advantage estimator, so the pool baseline never arrives and this would silently be plain "
+                         f"GRPO. Use algorithm.adv_estimator=grpo there, or verl "
+                         f"{'.'.join(map(str, TESTED_VERL))} (appendix A2)")
     if reward_baselines is None:
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
