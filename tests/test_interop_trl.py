@@ -261,7 +261,9 @@ class Recording(CuratedGRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         out = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.model.training:
-            self.rounds.append((list(self._scored[0]), self._scored[1].tolist()))
+            from accelerate.utils import gather_object
+
+            self.rounds.append((list(self._scored[0]), self._scored[1].tolist(), gather_object(list(prompts))))
         return out
 
     def _generate_and_score_completions(self, inputs):
@@ -301,37 +303,52 @@ def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None,
     return trainer
 
 
-def rlcurate_on(strategy: str, rounds, B: int, G: int, **kwargs):
-    """This package's strategy (its own sampler and processors) fed the completions TRL generated and scored in
-    ``rounds`` (one (prompt index per row, reward per row) pair per TRL call): each ``generate`` of m completions
-    of a prompt takes that prompt's next m / G recorded groups, ``more_prompts(k)`` the prompts of the next k
-    recorded groups not yet taken. Returns (generated groups, kept groups)."""
+def rlcurate_on(strategy, rounds, B: int, G: int, task=None, problems=None, step: int = 0, **kwargs):
+    """This package's strategy (its own sampler and processors; a name or a Curator that carries state across
+    steps) fed the completions TRL generated and scored in ``rounds`` (one (prompt index per row, reward per row,
+    prompt text per row) triple per TRL call): each ``generate`` of m completions of a prompt takes that prompt's
+    next m / G recorded groups, whose prompt must be the one this package renders (with its hint);
+    ``more_prompts(k)`` gives the prompts of the next k recorded groups not yet taken. Returns (generated groups,
+    kept groups); the sampler and processors then observe the kept ones, as this package's step does."""
     from types import SimpleNamespace
 
     from rlcurate.curation import build_curator
     from rlcurate.curation.base import Group
     from rlcurate.tasks.base import Problem
 
-    stream = [(int(idx[k]), rewards[k:k + G]) for idx, rewards in rounds for k in range(0, len(idx), G)]
+    stream = [(int(idx[k]), rewards[k:k + G], texts[k]) for idx, rewards, texts in rounds for k in range(0, len(idx), G)]
 
-    def generate(indices, m):
+    def render(i, hint=None, hint_mode=None):
+        kw = {} if hint_mode is None else {"hint_mode": hint_mode}
+        return task.render(problems[i], tokenizer, hint=hint, **kw)
+
+    def generate(indices, m, hints=None, hint_levels=None, hint_mode=None):
         out = []
-        for i in indices:
+        for a, i in enumerate(indices):
             r = []
             for _ in range(m // G):
-                k = next(k for k, (j, _) in enumerate(stream) if j == int(i))
-                r += list(stream.pop(k)[1])
-            out.append(Group(index=int(i), problem=Problem(uid=str(i), question="", answer=""), prompt="",
-                             completions=[SimpleNamespace(token_ids=(0,)) for _ in r], rewards=np.array(r),
-                             generated=len(r)))
+                k = next(k for k, (j, _, _) in enumerate(stream) if j == int(i))
+                _, rewards, text = stream.pop(k)
+                if task is not None:
+                    assert text == render(int(i), None if hints is None else hints[a], hint_mode)
+                r += list(rewards)
+            out.append(Group(index=int(i), problem=Problem(uid=str(i), question="", answer="") if problems is None
+                             else problems[int(i)], prompt="", completions=[SimpleNamespace(token_ids=(0,)) for _ in r],
+                             rewards=np.array(r), generated=len(r),
+                             hint_level=0 if hint_levels is None else int(hint_levels[a])))
         return out
 
-    curator = build_curator(strategy, **kwargs)
-    ctx = SimpleNamespace(step=0, prompts_per_step=B, group_size=G, generate=generate,
-                          more_prompts=lambda k: [i for i, _ in stream[:k]])
+    tokenizer = kwargs.pop("tokenizer", None)
+    curator = build_curator(strategy, **kwargs) if isinstance(strategy, str) else strategy
+    ctx = SimpleNamespace(step=step, prompts_per_step=B, group_size=G, generate=generate, task=task,
+                          problems=problems, tokenizer=tokenizer, render=render,
+                          more_prompts=lambda k: [i for i, _, _ in stream[:k]])
     groups = curator.sampler.rollout(ctx, [int(i) for i in rounds[0][0][::G]])
     assert not stream, "TRL generated completions this package's strategy would not have"
-    return groups, curator.process(ctx, groups)
+    kept = curator.process(ctx, groups)
+    for part in [curator.sampler, *curator.processors]:
+        part.observe(ctx, kept)
+    return groups, kept
 
 
 @pytest.mark.slow
@@ -386,7 +403,7 @@ def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
 
     selector, dapo = hosted_parts("insight+dapo", {"max_num_gen_batches": 3})
     assert selector.name == "insight" and dapo.sampler.max_num_gen_batches == 3
-    for name in ["gvm", "dro", "sage"]:
+    for name in ["gvm", "dro", "insight+gvm"]:
         with pytest.raises(ValueError, match="cannot run in TRL's GRPOTrainer"):
             hosted_parts(name)
 
@@ -509,3 +526,108 @@ def test_trl_refuses_ada_seq_rounds_that_are_not_whole_groups(tmp_path, tiny_che
     with pytest.raises(ValueError, match="round_repeat 6 is not a multiple of num_generations 4"):
         _train_dapo(tmp_path, tiny_checkpoint, steps=1, strategy="ada_seq_balanced",
                     strategy_kwargs={"round_repeat": 6})
+
+
+def _sage_trainer(tmp_path, ckpt, *, steps, strategy="sage_light", task=True, **extra):
+    """The tiny arithmetic task with 6 training prompts (revisited every 3 steps of 2 prompts); the reward is a
+    coin, except that every third prompt always fails unhinted."""
+    import warnings
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig
+
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    arithmetic = ArithmeticTask(levels=["add2", "add3"], n_train=3, n_test=2, seed=0)
+    problems = arithmetic.problems("train")
+    plain = {p.uid: arithmetic.render(p, tok) for p in problems}
+    ds = Dataset.from_dict({"prompt": list(plain.values()), "uid": list(plain)})
+
+    def reward(prompts, completions, uid, rlcurate_index, **kwargs):
+        return [0.0 if int(i) % 3 == 0 and prompt == plain[u] else coin(u, c)
+                for prompt, u, c, i in zip(prompts, uid, completions, rlcurate_index)]
+
+    cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), num_generations=4, max_completion_length=6, learning_rate=1e-4,
+                     max_steps=steps, beta=0.0, top_k=0, use_cpu=True, report_to="none", logging_steps=1,
+                     disable_tqdm=True, seed=0, gradient_checkpointing=False, save_strategy="no",
+                     **{"per_device_train_batch_size": 8, **extra})
+    trainer = Recording(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
+                        strategy=strategy, task=arithmetic if task else None)
+    trainer.train()
+    return trainer, arithmetic, problems, tok
+
+
+@pytest.mark.slow
+def test_sage_light_in_trl_hints_the_prompts_this_packages_sage_light_hints(tmp_path, tiny_checkpoint):
+    """SAGE-LIGHT hosted in TRL's loop (chapter 7): a prompt whose group failed is hinted at its next visit, the
+    hinted prompt (the task's rendering with the hint) is what TRL generates from and trains on, and the hint levels
+    carried from step to step are those of this package's SAGE-LIGHT fed the same completions."""
+    from rlcurate.curation import build_curator
+    from rlcurate.curation.base import group_advantages
+
+    trainer, task, problems, tok = _sage_trainer(tmp_path, tiny_checkpoint, steps=6)
+    G, B = 4, 2
+    ours = build_curator("sage_light")
+    rounds, hinted = list(trainer.rounds), 0
+    for step, (log, batch) in enumerate(zip(trainer.step_log, trainer.batches)):
+        mine, rounds = rounds[:log["calls"]], rounds[log["calls"]:]
+        groups, kept = rlcurate_on(ours, mine, B, G, task=task, problems=problems, tokenizer=tok, step=step)
+        assert [g.index for g in kept] == log["kept"] and [g.hint_level for g in kept] == log["hint_levels"]
+        hinted += sum(g.hint_level > 0 for g in kept)
+        expected = np.concatenate([group_advantages(g, "grpo", 1e-4) for g in kept])
+        np.testing.assert_allclose(batch["advantages"].numpy(), expected, atol=2e-6)
+    assert not rounds and hinted > 0  # the always-failing prompts came back hinted
+    assert ours.sampler.state_dict() == trainer.curator.sampler.state_dict()
+
+
+def test_sage_in_trl_is_refused_without_the_task_that_writes_its_hints(tmp_path, tiny_checkpoint):
+    with pytest.raises(ValueError, match="needs task="):
+        _sage_trainer(tmp_path, tiny_checkpoint, steps=1, task=False)
+
+
+_SAGE_WORKER = r'''
+import json, os, sys, warnings
+warnings.filterwarnings("ignore")
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+import test_interop_trl as T
+from transformers.utils import logging as hl
+hl.set_verbosity_error(); hl.disable_progress_bar()
+out = Path(sys.argv[2])
+# 6 rows per process, groups of 4: the second prompt's group spans the two processes
+tr, task, problems, tok = T._sage_trainer(out, sys.argv[1], steps=6, per_device_train_batch_size=6,
+                                          ddp_backend="gloo")
+(out / f"sage_rank{os.environ['RANK']}.json").write_text(json.dumps({
+    "log": tr.step_log, "rounds": tr.rounds, "state": tr.curator.sampler.state_dict(),
+    "world": tr.accelerator.num_processes, "advantages": [b["advantages"].tolist() for b in tr.batches]}))
+'''
+
+
+@pytest.mark.slow
+def test_sage_light_in_trl_on_two_processes_keeps_one_schedule(tmp_path, tiny_checkpoint):
+    """SAGE-LIGHT keeps state (each prompt's hint level): on two processes both ranks carry the same levels,
+    hint the same prompts, and train, rank 0 then rank 1, on this package's groups with its advantages."""
+    from rlcurate.curation import build_curator
+    from rlcurate.curation.base import group_advantages
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+    from transformers import AutoTokenizer
+
+    _torchrun(tmp_path, _SAGE_WORKER, tiny_checkpoint)
+    r0, r1 = (json.loads((tmp_path / f"sage_rank{k}.json").read_text()) for k in (0, 1))
+    assert r0["world"] == 2 and r0["log"] == r1["log"] and r0["state"] == r1["state"]
+    task = ArithmeticTask(levels=["add2", "add3"], n_train=3, n_test=2, seed=0)
+    problems, tok = task.problems("train"), AutoTokenizer.from_pretrained(tiny_checkpoint)
+    ours, G, B = build_curator("sage_light"), 4, 3
+    rounds, hinted = [tuple(r) for r in r0["rounds"]], 0
+    for step, (log, a0, a1) in enumerate(zip(r0["log"], r0["advantages"], r1["advantages"])):
+        mine, rounds = rounds[:log["calls"]], rounds[log["calls"]:]
+        _, kept = rlcurate_on(ours, mine, B, G, task=task, problems=problems, tokenizer=tok, step=step)
+        assert [g.index for g in kept] == log["kept"] and [g.hint_level for g in kept] == log["hint_levels"]
+        hinted += sum(g.hint_level > 0 for g in kept)
+        expected = np.concatenate([group_advantages(g, "grpo", 1e-4) for g in kept])
+        np.testing.assert_allclose(a0 + a1, expected, atol=2e-6)
+    assert not rounds and hinted > 0
+    assert ours.sampler.state_dict() == r0["state"]

@@ -91,11 +91,13 @@ class PromptSelection:
             the generator rlcurate's trainer uses at step r.
         uids: one stable id per pool item (the prefilter matches an audit file's uids against them);
             default ``str(position)``.
+        problems: the pool's problems, where a hosted strategy needs them (SAGE's hints); default placeholders
+            holding only the uids.
         **kwargs: the strategy's keyword arguments (with a name only).
     """
 
     def __init__(self, strategy, n_items: int, group_size: int = 8, seed: int = 0,
-                 uids: Sequence[str] | None = None, **kwargs):
+                 uids: Sequence[str] | None = None, problems: Sequence[Problem] | None = None, **kwargs):
         if isinstance(n_items, bool) or int(n_items) < 1:
             raise ValueError(f"n_items must be a positive integer, got {n_items!r}")
         self.n_items = int(n_items)
@@ -104,7 +106,9 @@ class PromptSelection:
         uids = [str(i) for i in range(self.n_items)] if uids is None else [str(u) for u in uids]
         if len(uids) != self.n_items:
             raise ValueError(f"uids holds {len(uids)} ids for a pool of {self.n_items}")
-        self.problems = [Problem(uid=u, question="", answer="") for u in uids]
+        if problems is not None and len(problems) != self.n_items:
+            raise ValueError(f"problems holds {len(problems)} problems for a pool of {self.n_items}")
+        self.problems = list(problems) if problems is not None else [Problem(uid=u, question="", answer="") for u in uids]
         self.selector = resolve_selector(strategy, **kwargs)
         self.selector.bind(self.n_items, self.seed)
         self.rounds = 0  # selections made
@@ -125,26 +129,32 @@ class PromptSelection:
         self.rounds += 1
         return chosen
 
-    def observe(self, indices: Sequence[int], rewards: Sequence[float]) -> dict[int, tuple[int, int]]:
+    def observe(self, indices: Sequence[int], rewards: Sequence[float],
+                hint_levels: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
         """Feed back one batch of scored completions: ``indices[j]`` is the pool position of completion
-        j's prompt, ``rewards[j]`` its reward (NaN: unscored, ignored). The completions of a prompt form
-        one group, in the given order. Returns ``{prompt: (successes, trials)}`` at the selector's
-        success threshold (for logs and tests)."""
+        j's prompt, ``rewards[j]`` its reward (NaN: unscored, ignored), ``hint_levels[j]`` the hint level its
+        prompt carried (SAGE, chapter 7; default 0: the selector's own rule decides what a hinted group
+        says). The completions of a prompt at one hint level form one group, in the given order. Returns
+        ``{prompt: (successes, trials)}`` at the selector's success threshold (for logs and tests)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         r = np.asarray(rewards, dtype=float).reshape(-1)
-        if idx.shape != r.shape:
-            raise ValueError(f"{idx.size} indices for {r.size} rewards")
+        lv = np.zeros(idx.shape, dtype=np.int64) if hint_levels is None else np.asarray(hint_levels, np.int64).reshape(-1)
+        if idx.shape != r.shape or lv.shape != idx.shape:
+            raise ValueError(f"{idx.size} indices for {r.size} rewards and {lv.size} hint levels")
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_items):
             raise ValueError(f"prompt indices must lie in [0, {self.n_items}), got {int(idx.min())}..{int(idx.max())}")
         keep = ~np.isnan(r)
-        idx, r = idx[keep], r[keep]
+        idx, r, lv = idx[keep], r[keep], lv[keep]
         threshold = float(getattr(self.selector, "success_threshold", 1.0))
         groups, counts = [], {}
-        for i in dict.fromkeys(idx.tolist()):
-            ri = r[idx == i]
+        for i, level in dict.fromkeys(zip(idx.tolist(), lv.tolist())):
+            at = (idx == i) & (lv == level)
+            ri = r[at]
             groups.append(Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * ri.size,
-                                rewards=ri, generated=int(ri.size)))
-            counts[int(i)] = (int(np.sum(ri >= threshold)), int(ri.size))
+                                rewards=ri, generated=int(ri.size), hint_level=int(level)))
+            if level == 0:
+                s0, n0 = counts.get(int(i), (0, 0))
+                counts[int(i)] = (s0 + int(np.sum(ri >= threshold)), n0 + int(ri.size))
         ctx = self.context(self.observed, max(len(groups), 1))
         ctx.generated_groups = groups
         self.selector.observe(ctx, groups)

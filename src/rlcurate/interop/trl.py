@@ -39,13 +39,15 @@ Usage::
     trainer.curation.selector.beliefs.alpha   # what INSIGHT learned
 
 **Response-level strategies TRL can host** (:func:`hosted_parts`): DAPO's dynamic sampling (``dapo``) and
-Reinforce-Ada-Seq (``ada_seq_balanced``, ``ada_seq_positive``), alone or after a selector (``insight+dapo``). TRL has
-no hook for them (dynamic sampling is huggingface/trl#3708), so :class:`CuratedGRPOTrainer` overrides
-``_generate_and_score_completions`` and runs this package's own sampler and processors (chapter 6) in a step context
-(:class:`_Rounds`) whose ``generate`` is TRL's own generation and scoring: the dataloader's batch is the first group
-of each chunk prompt, and every further group (DAPO's extra generation batches, drawn by the selector; Ada-Seq's
-rounds for the prompts still active) is one more of TRL's generate-and-score calls, so its reward functions, vLLM and
-metrics apply unchanged, and every rank takes the same decisions from the rewards TRL gathers. The kept rows are then
+Reinforce-Ada-Seq (``ada_seq_balanced``, ``ada_seq_positive``) and SAGE's hints (``sage``, ``sage_light``, with
+``task=``), alone or after a selector (``insight+dapo``). TRL has no hook for them (dynamic sampling is
+huggingface/trl#3708), so :class:`CuratedGRPOTrainer` overrides ``_generate_and_score_completions`` and runs this
+package's own sampler and processors (chapters 6 and 7) in a step context (:class:`_Rounds`) whose ``generate`` is
+TRL's own generation and scoring: the dataloader's batch names the step's prompts, and every group the strategy asks
+for (the chunk's, DAPO's extra generation batches drawn by the selector, Ada-Seq's rounds for the prompts still
+active, a prompt at a SAGE hint level rendered by the task with its hint) is one of TRL's generate-and-score calls,
+so its reward functions, vLLM and metrics apply unchanged, and every rank takes the same decisions from the rewards
+TRL gathers. The kept rows are then
 gathered from whichever process generated them (``accelerate.utils.gather_object``) and dealt out again,
 ``len(inputs)`` rows per process, so a group that spanned two processes arrives whole. Advantages are this package's
 (:func:`rlcurate.curation.base.group_advantages`: GRPO for ``scale_rewards="group"``, Dr. GRPO's r - baseline for
@@ -109,18 +111,27 @@ def hosted_parts(strategy, strategy_kwargs: dict | None = None):
                if type(part) not in (Sampler, Processor) and type(part).__name__ not in hosted]
     if foreign:
         raise ValueError(f"strategy {curator.name!r} cannot run in TRL's GRPOTrainer: {', '.join(foreign)} needs "
-                         f"this package's trainer (per-prompt rollout counts, hints written into prompts or token "
-                         f"weights, which TRL's fixed-size batches do not carry yet). In TRL: the prompt-level "
-                         f"strategies ({', '.join(PROMPT_LEVEL_STRATEGIES)}), DAPO's dynamic sampling and "
-                         f"Reinforce-Ada-Seq, alone or after a prompt-level one (e.g. 'insight+dapo').")
+                         f"this package's trainer (per-prompt rollout counts, token weights or a second scoring "
+                         f"pass, which TRL's fixed-size batches do not carry yet). In TRL: the prompt-level "
+                         f"strategies ({', '.join(PROMPT_LEVEL_STRATEGIES)}), DAPO's dynamic sampling, "
+                         f"Reinforce-Ada-Seq and SAGE's hints (with the task's own hints), alone or after a "
+                         f"prompt-level one (e.g. 'insight+dapo').")
     return resolve_selector(curator.selector), curator
 
 
 def _hosted_classes():
     from rlcurate.curation.ada_seq import AdaSeqDownsample, AdaSeqSampler
     from rlcurate.curation.dapo import DapoFilter, DapoSampler
+    from rlcurate.curation.sage import SageLightSampler, SageSampler
 
-    return (DapoSampler, AdaSeqSampler, DapoFilter, AdaSeqDownsample)
+    return (DapoSampler, AdaSeqSampler, SageSampler, SageLightSampler, DapoFilter, AdaSeqDownsample)
+
+
+def _problems_of(task, split: str):
+    try:
+        return task.problems(split)
+    except (ValueError, KeyError):
+        return []
 
 
 class _Row:
@@ -137,20 +148,26 @@ class _Row:
 
 
 class _Rounds:
-    """The step context a hosted strategy's sampler runs in (``generate``, ``more_prompts``): every ``generate`` is
-    one or more of TRL's own generate-and-score calls on this process's share of the rows, the same on every rank.
+    """The step context a hosted strategy's sampler runs in (``generate``, ``more_prompts``, and for SAGE ``task``,
+    ``problems``, ``tokenizer``, ``render``): every ``generate`` is one of TRL's own generate-and-score calls on this
+    process's share of the rows, the same on every rank.
 
-    The first call is the dataloader's generation batch (``inputs``): its prompts are the step's chunk, and a first
-    ``generate`` of them takes those completions as each prompt's first group. A call's rows are whole groups of
+    The step's prompts are the dataloader's chunk (its rows' index column, gathered); nothing is generated before
+    the strategy asks, so a prompt SAGE-LIGHT hints is generated hinted only. A call's rows are whole groups of
     ``num_generations``, padded with groups of its first prompt until they split evenly over the processes (the
-    padding is generated but neither observed nor trained on)."""
+    padding is generated but neither observed nor trained on). A hinted prompt is the task's rendering with the
+    hint (``render``), replacing the row's ``prompt``; TRL then trains on it, as SAGE does."""
 
     def __init__(self, trainer, inputs):
+        from accelerate.utils import gather_object
+
         self.t, self.n = trainer, trainer.num_generations
         self.calls: list[tuple[dict, torch.Tensor]] = []  # (TRL's output for this process's rows, global rewards)
-        self._call(inputs, padding=0)
-        self.first = [int(i) for i in trainer._scored[0][::self.n]]
-        self._first_unused = True
+        every = gather_object([int(x[trainer.index_column]) for x in inputs])
+        self.first = [int(i) for i in every[::self.n]]
+        self.problems = trainer.curation.problems
+        self.task = trainer.task
+        self.tokenizer = trainer.processing_class
 
     def chunk_prompts(self) -> list[int]:
         return list(self.first)
@@ -159,18 +176,24 @@ class _Rounds:
         from types import SimpleNamespace
 
         return SimpleNamespace(step=step, prompts_per_step=prompts_per_step, group_size=self.n,
-                               generate=self.generate, more_prompts=self.t.curation.selector.draw)
+                               generate=self.generate, more_prompts=self.t.curation.selector.draw, task=self.task,
+                               problems=self.problems, tokenizer=self.tokenizer, render=self.render)
 
-    def _call(self, rows: list[dict], padding: int) -> int:
-        """One of TRL's generate-and-score calls on this process's ``rows``; the last ``padding`` global rows are
-        not evidence. Returns the call's number."""
+    def render(self, index: int, hint: str | None = None, hint_mode: str | None = None) -> str:
+        problem = self.problems[index]
+        if hint_mode is None:
+            return self.task.render(problem, self.tokenizer, hint=hint)
+        return self.task.render(problem, self.tokenizer, hint=hint, hint_mode=hint_mode)
+
+    def _call(self, rows: list[dict], levels: list[int], padding: int) -> int:
+        """One of TRL's generate-and-score calls on this process's ``rows``; ``levels`` holds each global row's
+        hint level, and the last ``padding`` global rows are not evidence. Returns the call's number."""
         t = self.t
-        total = len(rows) * t.accelerator.num_processes
-        t._unobserved = set(range(total - padding, total))
+        t._row_levels, t._padding = levels, padding
         try:
             out = super(CuratedGRPOTrainer, t)._generate_and_score_completions(rows)
         finally:
-            t._unobserved = set()
+            t._row_levels, t._padding = None, 0
         unknown = [k for k, v in out.items() if v is not None and k not in _TEXT_ONLY]
         if unknown:
             raise NotImplementedError(f"strategy {t.curator.name!r} in TRL handles text batches; this batch also "
@@ -178,47 +201,50 @@ class _Rounds:
         self.calls.append((out, t._scored[1]))
         return len(self.calls) - 1
 
-    def _generate_groups(self, prompts: list[int]) -> tuple[int, list[int]]:
-        """Generate one group of each of ``prompts`` (padded to split evenly); returns the call and each group's
-        first global row."""
+    def _generate_groups(self, prompts: list[int], texts: list[str | None], levels: list[int]) -> tuple[int, list[int]]:
+        """Generate one group of each of ``prompts`` (``texts[k]``: its hinted prompt, None for the dataset's),
+        padded to split evenly; returns the call and each group's first global row."""
         P, n = self.t.accelerator.num_processes, self.n
         pad = 0
         while (len(prompts) + pad) * n % P:
             pad += 1
-        everything = list(prompts) + [prompts[0]] * pad
-        rows = [self.t.train_dataset[int(i)] for i in everything for _ in range(n)]
+        prompts, texts, levels = prompts + [prompts[0]] * pad, texts + [texts[0]] * pad, levels + [levels[0]] * pad
+        rows = []
+        for i, text in zip(prompts, texts):
+            row = dict(self.t.train_dataset[int(i)])
+            if text is not None:
+                row["prompt"] = text
+            rows += [row] * n
         share = len(rows) // P
         rank = self.t.accelerator.process_index
-        call = self._call(rows[rank * share:(rank + 1) * share], padding=pad * n)
-        return call, [k * n for k in range(len(prompts))]
+        call = self._call(rows[rank * share:(rank + 1) * share], [lv for lv in levels for _ in range(n)],
+                          padding=pad * n)
+        return call, [k * n for k in range(len(prompts) - pad)]
 
-    def generate(self, indices, m) -> list:
-        """``m`` completions of each prompt (a multiple of num_generations), as this package's groups."""
+    def generate(self, indices, m, hints=None, hint_levels=None, hint_mode=None) -> list:
+        """``m`` completions of each prompt (a multiple of num_generations), as this package's groups;
+        ``hints[k]`` written into prompt k at level ``hint_levels[k]`` (SAGE, chapter 7)."""
         from rlcurate.curation.base import Group
 
         indices, n = [int(i) for i in indices], self.n
         if isinstance(m, (list, tuple)) or m % n:
             raise ValueError(f"TRL generates whole groups of {n}: a strategy asked for {m} completions per prompt")
+        hints = list(hints) if hints is not None else [None] * len(indices)
+        levels = list(hint_levels) if hint_levels is not None else [0] * len(indices)
+        texts = [None if h is None else self.render(i, h, hint_mode) for i, h in zip(indices, hints)]
+        order = [a for a in range(len(indices)) for _ in range(m // n)]  # a prompt's groups next to each other
+        call, starts = self._generate_groups([indices[a] for a in order], [texts[a] for a in order],
+                                             [levels[a] for a in order])
         refs: list[list[_Row]] = [[] for _ in indices]
-        todo = [[a] * (m // n) for a in range(len(indices))]
-        if self._first_unused and indices[:len(self.first)] == self.first:
-            self._first_unused = False
-            for a in range(len(self.first)):  # the dataloader's batch: each chunk prompt's first group
-                refs[a] += [_Row(0, a * n + j) for j in range(n)]
-                todo[a] = todo[a][1:]
-        order = [a for per in todo for a in per]
-        order.sort()  # a prompt's groups next to each other, in prompt order
-        if order:
-            call, starts = self._generate_groups([indices[a] for a in order])
-            for a, start in zip(order, starts):
-                refs[a] += [_Row(call, start + j) for j in range(n)]
+        for a, start in zip(order, starts):
+            refs[a] += [_Row(call, start + j) for j in range(n)]
         groups = []
         for a, i in enumerate(indices):
             r = np.array([float(self.calls[x.call][1][x.row]) for x in refs[a]])
             keep = ~np.isnan(r)  # unscorable completions are not part of the pool
             rows = [x for x, k in zip(refs[a], keep) if k]
-            groups.append(Group(index=i, problem=self.t.curation.problems[i], prompt="", completions=rows,
-                                rewards=r[keep], generated=len(refs[a])))
+            groups.append(Group(index=i, problem=self.problems[i], prompt=texts[a] or "", completions=rows,
+                                rewards=r[keep], generated=len(refs[a]), hint_level=int(levels[a])))
         return groups
 
     def spare(self) -> _Row:
@@ -353,7 +379,7 @@ class CuratedGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, strategy="insight", strategy_kwargs: dict | None = None,
-                 index_column: str = "rlcurate_index", uid_column: str = "uid", **kwargs):
+                 index_column: str = "rlcurate_index", uid_column: str = "uid", task=None, **kwargs):
         if args:
             raise TypeError("pass GRPOTrainer's arguments by keyword (model=..., reward_funcs=..., ...)")
         train_dataset = kwargs.get("train_dataset")
@@ -362,10 +388,11 @@ class CuratedGRPOTrainer(GRPOTrainer):
         kwargs["train_dataset"] = _with_columns(train_dataset, index_column)
         self.index_column = index_column
         selector, self.curator = hosted_parts(strategy, strategy_kwargs)  # refused before the model loads
+        self.task = task
         if self.curator is not None:
             from trl import GRPOConfig
 
-            self._check_hosted(kwargs.get("args") or GRPOConfig(output_dir="."))
+            self._check_hosted(kwargs.get("args") or GRPOConfig(output_dir="."), train_dataset, uid_column)
         self._uid_column = uid_column
         self.curation: PromptSelection | None = None
         self.curation_log: list[dict[int, tuple[int, int]]] = []
@@ -373,10 +400,15 @@ class CuratedGRPOTrainer(GRPOTrainer):
         super().__init__(**kwargs)
         ds = self.train_dataset
         uids = ds[uid_column] if uid_column in ds.column_names else None
+        problems = None
+        if task is not None and uids is not None:
+            by_uid = {p.uid: p for split in ("train", "validation", "test") for p in _problems_of(task, split)}
+            problems = [by_uid[u] for u in uids]
         self.curation = PromptSelection(selector, len(ds), group_size=self.num_generations, seed=self.args.seed,
-                                        uids=uids)
+                                        uids=uids, problems=problems)
         self._scored: tuple[list[int], torch.Tensor] | None = None  # the latest generation's (indices, rewards)
-        self._unobserved: set[int] = set()  # rows of the latest generation that only pad it (not evidence)
+        self._row_levels: list[int] | None = None  # the hint level of each global row of the running generation
+        self._padding = 0  # its last rows only pad it (not evidence)
         self.step_log: list[dict] = []  # per step of a response-level strategy: what was generated and kept
 
 
@@ -407,16 +439,30 @@ class CuratedGRPOTrainer(GRPOTrainer):
             rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: not evidence
             self._scored = (indices, rewards.detach().cpu())
             evidence = rewards.detach().cpu().numpy().copy()
-            evidence[sorted(self._unobserved)] = np.nan
-            counts = self.curation.observe(indices, evidence)
+            if self._padding:
+                evidence[len(evidence) - self._padding:] = np.nan
+            counts = self.curation.observe(indices, evidence, self._row_levels)
             self.curation_log.append(counts)
             for k, v in self.curation.metrics().items():
                 self._metrics["train"][f"curation/{k}"].append(v)
         return rewards_per_func
 
     # ------------------------------------------------------------------ response-level strategies
-    def _check_hosted(self, args) -> None:
-        """Before the model loads: the GRPOConfig options a hosted strategy cannot work with."""
+    def _check_hosted(self, args, dataset, uid_column: str) -> None:
+        """Before the model loads: the GRPOConfig options and inputs a hosted strategy cannot work with."""
+        sampler = self.curator.sampler
+        if hasattr(sampler, "hints"):  # SAGE and SAGE-LIGHT write hints into prompts the task renders
+            name = self.curator.name
+            if self.task is None:
+                raise ValueError(f"strategy {name!r} in TRL needs task= (an rlcurate task: its hints and its "
+                                 f"render(problem, tokenizer, hint=...) write the hinted prompts)")
+            if sampler.hints.kind(self.task) != "task":
+                raise ValueError(f"strategy {name!r} in TRL needs the task's own hints (task.hint); hints the policy "
+                                 f"writes itself need this package's trainer")
+            sampler.hints.check_task(self.task)
+            if uid_column not in getattr(dataset, "column_names", ()) or not isinstance(dataset[0]["prompt"], str):
+                raise ValueError(f"strategy {name!r} in TRL needs a dataset of text prompts rendered by the task "
+                                 f"(task.render) with the problems' uids in column {uid_column!r}")
         scale, aggregation = args.scale_rewards, args.multi_objective_aggregation
         if scale not in ("group", "none") or aggregation != "sum_then_normalize":
             raise ValueError(f"strategy {self.curator.name!r} in TRL needs advantages computed within each group "
@@ -439,6 +485,8 @@ class CuratedGRPOTrainer(GRPOTrainer):
         ctx = host.context(step=self.state.global_step, prompts_per_step=B)
         groups = self.curator.sampler.rollout(ctx, chunk)
         kept = self.curator.process(ctx, groups)
+        for part in [self.curator.sampler, *self.curator.processors]:  # SAGE-LIGHT's levels, as this package's step
+            part.observe(ctx, kept)
         kind = "grpo" if self.scale_rewards == "group" else "drgrpo"
         slots = []  # (row, advantage, masked), in training order
         for g in kept[:B]:
@@ -450,7 +498,8 @@ class CuratedGRPOTrainer(GRPOTrainer):
         filled = B - min(len(kept), B)
         slots += [(host.spare(), 0.0, True)] * (filled * self.num_generations)
         self.step_log.append({"generated": [(g.index, g.size) for g in groups], "kept": [g.index for g in kept[:B]],
-                              "filled_groups": filled, "calls": len(host.calls)})
+                              "hint_levels": [g.hint_level for g in kept[:B]], "filled_groups": filled,
+                              "calls": len(host.calls)})
         parts = {k: v for part in [self.curator.sampler, *self.curator.processors] for k, v in part.metrics().items()}
         for k, v in {**parts, "generation_calls": len(host.calls), "filled_groups": filled}.items():
             self._metrics["train"][f"curation/{k}"].append(float(v))
