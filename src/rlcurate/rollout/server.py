@@ -637,7 +637,7 @@ def main(argv=None) -> None:
                          ServerLimits(args.max_n, args.max_sequences, args.max_tokens, args.request_timeout or None))
     host, port = server.server_address[:2]
     limit = f"{args.request_timeout:g} s" if args.request_timeout else "none"
-    print(f"rlcurate.rollout.server: serving {name!r} on http://{host}:{port}/v1 (request timeout {limit})", flush=True)
+    print(f"rlcurate.rollout.server: serving {name!r} (request timeout {limit}) on http://{host}:{port}/v1", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
