@@ -211,10 +211,10 @@ b = tr.curation.selector.beliefs
 
 
 @pytest.mark.slow
-def test_two_processes_gather_the_rewards_and_select_the_same_prompts(tmp_path, tiny_checkpoint):
+def test_two_processes_gather_the_rewards_and_select_the_same_prompts(two_processes):
     """torchrun, two CPU processes (gloo): each rank scores different completions, yet both ranks
     observe all of them and keep choosing the same prompts."""
-    _torchrun(tmp_path, _WORKER, tiny_checkpoint)
+    tmp_path = two_processes
     r0, r1 = (json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1))
     assert r0["world"] == r1["world"] == 2
     assert r0["history"] == r1["history"] and r0["alpha"] == r1["alpha"] and r0["beta"] == r1["beta"]
@@ -465,13 +465,13 @@ def _torchrun(tmp_path, script: str, ckpt) -> None:
 
 
 @pytest.mark.slow
-def test_dapo_in_trl_on_two_processes_keeps_whole_groups_that_span_them(tmp_path, tiny_checkpoint):
+def test_dapo_in_trl_on_two_processes_keeps_whole_groups_that_span_them(two_processes):
     """torchrun, two CPU processes, 6 rows each in groups of 4: both ranks take the same decisions, and the rows
     they train on, read rank 0 then rank 1, are this package's DAPO's kept groups with their advantages, each
     group whole although its rows were generated on two processes."""
     from rlcurate.stats.advantages import standardised
 
-    _torchrun(tmp_path, _DAPO_WORKER, tiny_checkpoint)
+    tmp_path = two_processes
     r0, r1 = (json.loads((tmp_path / f"dapo_rank{k}.json").read_text()) for k in (0, 1))
     assert r0["world"] == r1["world"] == 2
     assert r0["log"] == r1["log"] and r0["rounds"] == r1["rounds"]  # the same decisions from the gathered rewards
@@ -491,11 +491,10 @@ def test_dapo_in_trl_on_two_processes_keeps_whole_groups_that_span_them(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("round_repeat", [4, 8])
 def test_ada_seq_in_trl_keeps_the_rows_and_advantages_this_packages_ada_seq_keeps(tmp_path, tiny_checkpoint,
-                                                                                 round_repeat):
-    """Reinforce-Ada-Seq (balanced exit) hosted in TRL's loop: rounds of round_repeat completions per prompt still
-    active (whole groups of num_generations = 4; the dataloader's batch is the first group of the first round),
+                                                                                 round_repeat=8):
+    """Reinforce-Ada-Seq (balanced exit) hosted in TRL's loop: rounds of round_repeat = 8 completions per prompt still
+    active (two whole groups of num_generations = 4, the released script's setting),
     the balanced downsample to 4 and the pool baseline p_hat (scale_rewards 'none': Dr. GRPO's r - p_hat, the
     released script's setting). Fed the same completions, this package's Ada-Seq keeps the same rows with the
     same advantages; the always-right prompts stay to the last round."""
@@ -607,7 +606,7 @@ tr, task, problems, tok = T._sage_trainer(out, sys.argv[1], steps=6, per_device_
 
 
 @pytest.mark.slow
-def test_sage_light_in_trl_on_two_processes_keeps_one_schedule(tmp_path, tiny_checkpoint):
+def test_sage_light_in_trl_on_two_processes_keeps_one_schedule(two_processes, tiny_checkpoint):
     """SAGE-LIGHT keeps state (each prompt's hint level): on two processes both ranks carry the same levels,
     hint the same prompts, and train, rank 0 then rank 1, on this package's groups with its advantages."""
     from rlcurate.curation import build_curator
@@ -615,7 +614,7 @@ def test_sage_light_in_trl_on_two_processes_keeps_one_schedule(tmp_path, tiny_ch
     from rlcurate.tasks.arithmetic import ArithmeticTask
     from transformers import AutoTokenizer
 
-    _torchrun(tmp_path, _SAGE_WORKER, tiny_checkpoint)
+    tmp_path = two_processes
     r0, r1 = (json.loads((tmp_path / f"sage_rank{k}.json").read_text()) for k in (0, 1))
     assert r0["world"] == 2 and r0["log"] == r1["log"] and r0["state"] == r1["state"]
     task = ArithmeticTask(levels=["add2", "add3"], n_train=3, n_test=2, seed=0)
@@ -631,3 +630,12 @@ def test_sage_light_in_trl_on_two_processes_keeps_one_schedule(tmp_path, tiny_ch
         np.testing.assert_allclose(a0 + a1, expected, atol=2e-6)
     assert not rounds and hinted > 0
     assert ours.sampler.state_dict() == r0["state"]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, tiny_checkpoint):
+    """One torchrun launch (two CPU processes, gloo) that trains INSIGHT, DAPO and SAGE-LIGHT in turn and leaves
+    each rank's record in the folder it returns (one launch: the processes' start-up is paid once)."""
+    folder = tmp_path_factory.mktemp("two_processes")
+    _torchrun(folder, _WORKER + _DAPO_WORKER + _SAGE_WORKER, tiny_checkpoint)
+    return folder
