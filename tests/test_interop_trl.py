@@ -343,7 +343,8 @@ def rlcurate_on(strategy, rounds, B: int, G: int, task=None, problems=None, step
     ctx = SimpleNamespace(step=step, prompts_per_step=B, group_size=G, generate=generate, task=task,
                           problems=problems, tokenizer=tokenizer, render=render,
                           more_prompts=lambda k: [i for i, _, _ in stream[:k]])
-    groups = curator.sampler.rollout(ctx, [int(i) for i in rounds[0][0][::G]])
+    chunk = list(dict.fromkeys(int(i) for i in rounds[0][0][::G]))  # the first call: the chunk's first groups
+    groups = curator.sampler.rollout(ctx, chunk)
     assert not stream, "TRL generated completions this package's strategy would not have"
     kept = curator.process(ctx, groups)
     for part in [curator.sampler, *curator.processors]:
@@ -395,7 +396,7 @@ def test_insight_and_dapo_compose_in_trl(tmp_path, tiny_checkpoint):
     assert type(sel.selector).__name__ == "InsightSelector"
     assert sel.observed == len(trainer.rounds) > 3  # every round, top-ups included, was observed
     b = sel.selector.beliefs
-    assert (b.alpha - 1).sum() + (b.beta - 1).sum() == sum(len(r) for _, r in trainer.rounds)
+    assert (b.alpha - 1).sum() + (b.beta - 1).sum() == sum(len(r) for _, r, _ in trainer.rounds)
 
 
 def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
