@@ -107,3 +107,15 @@ def check(records):
     hint = records["hint_effect"]
     assert 0 < hint["prompts"] < 66 and 0 <= hint["plain"] <= 1 and 0 <= hint["hinted"] <= 1
     assert hint["low"] <= hint["hinted"] - hint["plain"] <= hint["high"]
+    # twice the budget (smollm2_long): every arm with its eight seeds, the A/A control covering zero, Holm over the
+    # two arms, and the first budget read on the same runs
+    long = records.get("long_budget")
+    if long is not None:
+        assert long["budget"] == 3840 and set(long["arms"]) == {"uniform", "uniform_aa", "insight", "dapo"}
+        assert set(long) >= {"final", "area", "half"}
+        for measure in ("final", "area", "half"):
+            rows = long[measure]
+            assert set(rows) == {"uniform_aa", "insight", "dapo"}, measure
+            assert all(r["low"] <= r["diff"] <= r["high"] for r in rows.values()), measure
+            assert rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
+            assert all(0 <= r["p_holm"] <= 1 for r in rows.values()), measure
