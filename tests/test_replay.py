@@ -37,9 +37,6 @@ COVERED_BY_OTHERS |= {f"curation_pays/{arm}_s0" for arm in ("uniform", "uniform_
 # the group-size suite repeats the main suite's uniform run; the hard pool's other arms take code paths the main
 # suite's fixtures replay (its own fixtures: uniform, for the pool's levels, and GRESO, whose skips depend on it)
 COVERED_BY_OTHERS |= {"curation_pays_group/uniform_s0"}
-# the oracles' audit of the whole pool (3,456 rollouts at step 1) is most of either fixture's replay: oracle_alloc's
-# fixture replays it, and the selection rule that differs is checked exactly by tests/test_curation_oracle.py
-COVERED_BY_OTHERS |= {"curation_pays/oracle_select_s0"}
 COVERED_BY_OTHERS |= {f"curation_pays_hard/{arm}_s0" for arm in ("uniform_aa", "oracle_select", "oracle_alloc", "insight",
                                                                  "dapo")}
 # chapter 10's hinting arms: uniform repeats protocol's run; SAGE's and SAGE-LIGHT's paths are replayed by end_to_end's
