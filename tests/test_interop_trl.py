@@ -292,11 +292,11 @@ def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None,
         return [dapo_reward(u, c, i) for u, c, i in zip(uid, completions, rlcurate_index)]
 
     G, k = 4, 2
-    cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=G * k, gradient_accumulation_steps=1,
+    cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), gradient_accumulation_steps=1,
                      num_generations=G, max_completion_length=6, learning_rate=1e-4, max_steps=steps, beta=0.0,
                      temperature=1.0, top_k=0, top_p=1.0, use_cpu=True, bf16=False, fp16=False, use_vllm=False,
                      report_to="none", logging_steps=1, disable_tqdm=True, seed=0, gradient_checkpointing=False,
-                     save_strategy="no", **extra)
+                     save_strategy="no", **{"per_device_train_batch_size": G * k, **extra})
     trainer = Recording(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
                         strategy=strategy, strategy_kwargs=strategy_kwargs)
     trainer.train()
@@ -640,3 +640,19 @@ def two_processes(tmp_path_factory, tiny_checkpoint):
     folder = tmp_path_factory.mktemp("two_processes")
     _torchrun(folder, _WORKER + _DAPO_WORKER + _SAGE_WORKER, tiny_checkpoint)
     return folder
+
+
+@pytest.mark.slow
+def test_hosted_strategies_follow_trls_generation_batches_and_iterations(tmp_path, tiny_checkpoint):
+    """A hosted strategy runs once per TRL generation batch: with steps_per_generation = 2, four optimizer steps
+    are two DAPO steps whose batches TRL splits in two; with num_iterations = 2 (Ada-Seq), the rows carry the
+    old log-probabilities of their own generation call into both passes."""
+    dapo = _train_dapo(tmp_path, tiny_checkpoint, steps=4, strategy_kwargs={"max_num_gen_batches": 4},
+                       steps_per_generation=2, per_device_train_batch_size=4)
+    assert len(dapo.step_log) == 2 and all(b["advantages"].shape == (8,) for b in dapo.batches)
+    ada = _train_dapo(tmp_path / "ada", tiny_checkpoint, steps=2, strategy="ada_seq_balanced",
+                      strategy_kwargs={"round_repeat": 8, "max_rounds": 2}, num_iterations=2, scale_rewards="none")
+    assert len(ada.step_log) == 1
+    batch = ada.batches[0]
+    assert batch["old_per_token_logps"].shape == batch["completion_ids"].shape
+    assert torch.isfinite(batch["old_per_token_logps"][batch["completion_mask"].bool()]).all()
