@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import unittest.mock as mock
 import select
 import socket
 import socketserver
@@ -485,3 +486,23 @@ def test_serve_refuses_a_negative_request_timeout(capsys):
     model = str(Path(__file__).resolve().parents[1] / "data" / "tiny" / "spread")
     assert main(["serve", "--model", model, "--port", "0", "--request-timeout", "-1"]) == 2
     one_line_error(capsys.readouterr().err, "--request-timeout must be a number of seconds >= 0")
+
+
+def test_a_504_is_not_retried(junk):
+    """`rlcurate serve` answers 504 when a generation runs past its request timeout: the same request would meet
+    it again, so the client reports it at once instead of retrying (a 503, busy, is retried)."""
+    replies, base = junk
+    calls = []
+    replies["/v1/completions"] = (504, json.dumps({"error": {"message": "the generation ran past this server's request "
+                                                                       "timeout of 1 s", "type": "timeout"}}).encode(), 0)
+    original = Junk.do_POST
+
+    def counted(self):
+        calls.append(self.path)
+        return original(self)
+
+    eng = OpenAIEngine(base, "m", max_retries=2)
+    with mock.patch.object(Junk, "do_POST", counted):
+        with pytest.raises(OpenAIServerError, match="HTTP 504 from .*request timeout of 1 s"):
+            eng.generate(["1"], 1, P)
+    assert calls == ["/v1/completions"]

@@ -123,7 +123,8 @@ class OpenAIEngine(RolloutEngine):
         model: the served model name (see :meth:`models`).
         api_key: sent as a bearer token; default the ``OPENAI_API_KEY`` environment variable, if set.
         timeout: seconds to wait for one response.
-        max_retries: extra attempts after a connection failure, a timeout, HTTP 429 or a 5xx error.
+        max_retries: extra attempts after a connection failure, a timeout, HTTP 429 or a 5xx error other than
+            504 (the server's own request timeout, which the same request would meet again).
         max_concurrency: the most requests in flight at once.
         vllm_extras: send the non-standard fields above.
         endpoint: ``"completions"`` or ``"chat"``.
@@ -166,7 +167,7 @@ class OpenAIEngine(RolloutEngine):
                 break
             except urllib.error.HTTPError as exc:
                 message = _error_message(exc)
-                if last or not (exc.code == 429 or exc.code >= 500):
+                if last or not (exc.code == 429 or exc.code >= 500) or exc.code == 504:  # 504: it ran out of time; so would a retry
                     raise OpenAIServerError(f"HTTP {exc.code} from {url}: {message}", exc.code) from None
             except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as exc:
                 reason = getattr(exc, "reason", exc)
