@@ -410,22 +410,7 @@ def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
 
 
 _DAPO_WORKER = r'''
-import json, os, sys, warnings
-warnings.filterwarnings("ignore")
-from pathlib import Path
-sys.path.insert(0, sys.argv[3])
-import test_interop_trl as T
-from datasets import Dataset
-from transformers import AutoTokenizer
-from transformers.utils import logging as hl
-hl.set_verbosity_error(); hl.disable_progress_bar()
-from trl import GRPOConfig
-from rlcurate.tasks.arithmetic import ArithmeticTask
-ckpt, out = sys.argv[1], Path(sys.argv[2])
-tok = AutoTokenizer.from_pretrained(ckpt)
-task = ArithmeticTask(levels=["add2", "add3"], n_train=12, n_test=2, seed=0)
-ps = task.problems("train")
-ds = Dataset.from_dict({"prompt": [task.render(p, tok) for p in ps], "uid": [p.uid for p in ps]})
+# runs after _WORKER in the same launch (its imports, tokenizer and dataset)
 def reward(prompts, completions, uid, rlcurate_index, **kw):
     return [T.dapo_reward(u, c, i) for u, c, i in zip(uid, completions, rlcurate_index)]
 # 6 rows per process, 4 per group: the second group of every generation batch spans the two processes
