@@ -252,3 +252,30 @@ def test_a_killed_runs_leaves_no_orphan_and_its_run_resumes(tmp_path, small_refe
 
     assert main(["train", "--config", child_cfg]) == 0
     assert _metrics(scratch / "uniform_s3") == small_reference
+
+
+def test_the_parents_death_is_one_request_however_often_it_comes(monkeypatch):
+    """The kernel signals a child of `rlcurate runs` once per exiting thread of the dying `runs`: every
+    such signal is the same stop request (the child ends its step and checkpoints), while a second SIGINT
+    still stops at once, after `runs` has passed it on to its children (its ``on_signal``)."""
+    from rlcurate.stopping import PARENT_DEATH_SIGNAL, PARENT_ENV, catch_stop_signals
+
+    monkeypatch.setenv(PARENT_ENV, str(os.getppid()))
+    passed_on, delivered_again = [], []
+
+    def stand_in(signum, frame):  # for the default action, which would end this test
+        delivered_again.append(signum)
+
+    before = {s: signal.signal(s, stand_in) for s in (signal.SIGINT, PARENT_DEATH_SIGNAL)}
+    try:
+        with catch_stop_signals(passed_on.append) as stop:
+            for _ in range(3):
+                os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
+            assert stop.signum == PARENT_DEATH_SIGNAL and stop.name == "the end of `rlcurate runs`"
+            assert passed_on == [PARENT_DEATH_SIGNAL] and delivered_again == []
+            os.kill(os.getpid(), signal.SIGINT)  # a request after the first: now
+            assert passed_on == [PARENT_DEATH_SIGNAL, signal.SIGINT] and delivered_again == [signal.SIGINT]
+        assert signal.getsignal(PARENT_DEATH_SIGNAL) is stand_in  # restored on leaving
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)

@@ -30,25 +30,36 @@ class StopRequest:
 
     @property
     def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum is not None else ""
+        if self.signum is None:
+            return ""
+        if self.signum == PARENT_DEATH_SIGNAL and os.environ.get(PARENT_ENV):
+            return "the end of `rlcurate runs`"
+        return signal.Signals(self.signum).name
 
 
 @contextlib.contextmanager
 def catch_stop_signals(on_signal: Callable[[int], None] | None = None,
                        request: StopRequest | None = None) -> Iterator[StopRequest]:
     """Within the block, the first SIGTERM or SIGINT sets ``request.signum`` (and calls ``on_signal``)
-    instead of ending the process; the second restores the handler found before and delivers itself
-    again. The handlers are restored on leaving. Outside the main thread (where Python cannot install
-    handlers) the request is never set. ``request``: the object to record the signal in (default: a new
-    one), for code outside the block that must see it."""
+    instead of ending the process; the second calls ``on_signal`` again, restores the handler found before
+    and delivers itself again. In a process started by ``rlcurate runs`` the death of that parent
+    (:data:`PARENT_DEATH_SIGNAL`, :func:`end_with_parent`) is a request too, but never the second one: the
+    kernel may send it several times for one death. The handlers are restored on leaving. Outside the main
+    thread (where Python cannot install handlers) the request is never set. ``request``: the object to
+    record the signal in (default: a new one), for code outside the block that must see it."""
     request = request if request is not None else StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    caught = STOP_SIGNALS + ((PARENT_DEATH_SIGNAL,) if os.environ.get(PARENT_ENV) else ())
+    previous = {s: signal.getsignal(s) for s in caught}
 
     def handler(signum, frame):
+        if request.requested and signum == PARENT_DEATH_SIGNAL:
+            return  # the same death again: the kernel signals once per exiting thread of the parent
         if request.requested:  # asked twice: stop now
+            if on_signal is not None:
+                on_signal(signum)
             signal.signal(signum, previous[signum] if previous[signum] is not None else signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
@@ -56,7 +67,7 @@ def catch_stop_signals(on_signal: Callable[[int], None] | None = None,
         if on_signal is not None:
             on_signal(signum)
 
-    for s in STOP_SIGNALS:
+    for s in caught:
         signal.signal(s, handler)
     try:
         yield request
@@ -69,17 +80,27 @@ PARENT_ENV = "RLCURATE_END_WITH_PARENT"
 """Set by ``rlcurate runs`` to its process id in the environment of each ``train`` process it starts."""
 
 
+PARENT_DEATH_SIGNAL = signal.SIGHUP
+"""What a process started by ``rlcurate runs`` receives when ``runs`` dies (:func:`end_with_parent`): not
+SIGTERM, because the kernel sends it once for each exiting thread of the parent, and a second SIGTERM
+means "stop now" (:func:`catch_stop_signals`); a child that took the repeat that way died mid-step with no
+checkpoint."""
+
+
 def end_with_parent() -> None:
-    """In a process started by ``rlcurate runs`` (:data:`PARENT_ENV` holds the parent's pid), ask Linux for a
-    SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``): a ``runs`` killed even with SIGKILL then
-    leaves no training running on, orphaned; each child checkpoints at the end of its step and stops, and
-    the next ``runs`` resumes it. A no-op elsewhere, and outside ``runs``."""
+    """In a process started by ``rlcurate runs`` (:data:`PARENT_ENV` holds the parent's pid), ask Linux for
+    :data:`PARENT_DEATH_SIGNAL` when the parent dies (``prctl(PR_SET_PDEATHSIG)``): a ``runs`` killed even
+    with SIGKILL then leaves no training running on, orphaned; each child checkpoints at the end of its step
+    and stops, and the next ``runs`` resumes it. A no-op elsewhere, and outside ``runs``."""
     pid = os.environ.get(PARENT_ENV)
     if not pid or not sys.platform.startswith("linux"):
         return
     import ctypes
 
+    # until the training loop catches it, the parent's death ends this process (a `runs` started under
+    # nohup would pass on an ignored SIGHUP)
+    signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_DFL)
     pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
     if os.getppid() != int(pid):  # the parent died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
