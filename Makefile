@@ -11,6 +11,13 @@ EXTRAS ?= book,dev,smollm,trl,watch
 # verl 0.7.1 (the last release with the curriculum-sampler hook) pins transformers<5.11 and pulls GPU
 # packages; the interop needs only a few pure-Python modules, installed without their dependencies.
 VERL_NO_DEPS := verl==0.7.1 tensordict==0.10.0 torchdata==0.11.0 omegaconf==2.4.0 pyvers==0.1.0 ray==2.60.0 cloudpickle orjson msgpack protobuf codetiming
+# verl 0.9.1 (the current release) beside it, in its own folder that only the tests of appendix A2 put first on
+# the path of a subprocess: its hydra-core needs an older omegaconf and antlr4 than the book's.
+VERL_CURRENT := $(VENV)/verl-0.9.1
+VERL_CURRENT_PACKAGES := verl==0.9.1 TransferQueue==0.1.11 hydra-core==1.3.8 omegaconf==2.3.0 \
+	antlr4-python3-runtime==4.9.3 msgspec==0.22.0 prometheus_client==0.26.0 cachetools==8.0.2 uvicorn==0.54.0 \
+	fastapi==0.165.0 starlette==1.10.0 aiohttp==3.14.5 multidict==7.2.1 yarl==1.25.1 propcache==0.5.4 \
+	aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0 peft==0.21.2
 STAMP := $(VENV)/.rlcurate-installed
 PROFILE ?= cpu
 
@@ -32,7 +39,11 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(BIN)/python -m pip install --no-deps -c requirements/constraints.txt $(VERL_NO_DEPS)
 	@touch $@
 
-setup: $(STAMP)
+$(VERL_CURRENT)/.installed: $(STAMP) Makefile
+	$(BIN)/python -m pip install --no-deps --upgrade --target $(VERL_CURRENT) $(VERL_CURRENT_PACKAGES)
+	@touch $@
+
+setup: $(STAMP) $(VERL_CURRENT)/.installed
 	@bash scripts/ensure_chromium.sh
 
 book: setup
