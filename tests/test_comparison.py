@@ -84,6 +84,12 @@ def test_learning_rate_choice_and_power():
     table = sweep_table(results, budget=256)
     assert set(table) == {"dapo"} and choose_lr(table["dapo"]) == 1e-4
     assert choose_lr({1e-4: [0.5], 2e-4: [0.5]}) == 1e-4  # ties go to the smaller rate
+    # a declared margin: within 0.005 of the best is a tie (smollm2_revisit_lr), beyond it is not
+    assert choose_lr({3e-6: [0.40, 0.41], 1e-5: [0.41, 0.40], 3e-5: [0.409, 0.409]}, tie=0.005) == 3e-6
+    assert choose_lr({3e-6: [0.40, 0.40], 1e-5: [0.41, 0.40]}, tie=0.005) == 3e-6
+    assert choose_lr({3e-6: [0.39, 0.40], 1e-5: [0.41, 0.40]}, tie=0.005) == 1e-5
+    with pytest.raises(ValueError, match="tie must be at least 0"):
+        choose_lr({1e-5: [0.4]}, tie=-1)
     d8, d16 = detectable_difference(0.01, 8), detectable_difference(0.01, 16)
     assert d16 < d8 and d8 == pytest.approx((2.365 + 0.896) * 0.01 / math.sqrt(8), rel=1e-2)
     assert detectable_difference(0.01, 8, arms=10) > d8

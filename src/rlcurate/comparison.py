@@ -131,12 +131,16 @@ def at_cost(result: Mapping[str, Any], currency: str, budget: float, rho: float 
     return float(np.interp(budget, c, v))
 
 
-def choose_lr(scores: Mapping[float, Sequence[float]]) -> float:
+def choose_lr(scores: Mapping[float, Sequence[float]], tie: float = 0.0) -> float:
     """The learning rate with the highest mean validation score (``{lr: per-seed scores}``); ties go to
-    the smaller rate."""
+    the smaller rate, a tie being a mean within ``tie`` of the highest (a suite declares its margin)."""
     if not scores:
         raise ValueError("no learning rates to choose from")
-    return max(sorted(scores), key=lambda lr: (float(np.mean(scores[lr])), -lr))
+    if tie < 0:
+        raise ValueError(f"tie must be at least 0, got {tie}")
+    means = {lr: float(np.mean(v)) for lr, v in scores.items()}
+    best = max(means.values())
+    return min(lr for lr, m in means.items() if m >= best - tie)
 
 
 def sign_flip_p(d: Sequence[float]) -> float:
