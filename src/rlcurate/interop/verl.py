@@ -28,9 +28,10 @@ state that verl saves in ``data.pt`` with each checkpoint: torchdata's batch-sam
 
 Versions: the curriculum-sampler hook (``verl.experimental.dataset.sampler.AbstractCurriculumSampler``
 and ``data.sampler.class_path``) exists in verl 0.5 to 0.7.1 on PyPI and was removed in 0.8.0. With a
-verl that lacks it, this class is a plain ``torch.utils.data.Sampler``: pass it to
-``RayPPOTrainer(..., train_sampler=...)`` and call ``update(batch)`` from a ``fit()`` override
-(appendix A2 sketches one).
+verl that lacks it, this class is a plain ``torch.utils.data.Sampler``, and
+:mod:`rlcurate.interop.verl_v1` puts it into verl's v1 trainer instead: a trainer registered as
+``rlcurate_curated`` (``trainer.v1.trainer_mode=rlcurate_curated``) builds its dataloader with this sampler
+and feeds it each step's rewards through :meth:`CurationSampler.observe` (tested with verl 0.9.1).
 """
 
 from __future__ import annotations
@@ -127,16 +128,19 @@ class CurationSampler(_SamplerBase):
             ``strategy_kwargs``, ``group_size`` (responses per prompt; default: learnt from the first
             update, 8 before it), ``uid_key`` (an ``extra_info`` key holding stable ids for the
             prefilter's audit file; default the index).
+        batch_size: prompts per selection, when it is not the dataloader's batch size (verl 0.9's
+            trainer fetches one prompt at a time under DAPO; :mod:`rlcurate.interop.verl_v1`).
 
     Prompt ids: verl reports each response's ``extra_info["index"]``. When the dataset exposes its rows
     (``RLHFDataset.dataframe``), the sampler maps those ids to row positions (so filtered or reordered
     datasets work); they must be unique. Otherwise the id must be the row position.
     """
 
-    def __init__(self, data_source, data_config):
+    def __init__(self, data_source, data_config, batch_size: int | None = None):
         self.data_source = data_source
         n = len(data_source)
-        self.batch_size = int(_get(data_config, "gen_batch_size", None) or _get(data_config, "train_batch_size"))
+        self.batch_size = int(batch_size or _get(data_config, "gen_batch_size", None)
+                              or _get(data_config, "train_batch_size"))
         if self.batch_size < 1 or self.batch_size > n:
             raise ValueError(f"prompts per step ({self.batch_size}) must lie in [1, {n}] (the dataset size)")
         if int(_get(data_config, "dataloader_num_workers", 0)) != 0:
@@ -192,13 +196,21 @@ class CurationSampler(_SamplerBase):
             raise ValueError(f"prompt id {exc.args[0]!r} is not an extra_info['index'] of the training set") from None
 
     def update(self, batch) -> None:
-        """Observe one step of verl: every response's prompt id and summed token-level score."""
-        ids = batch.non_tensor_batch["index"]
-        scores = batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy()
+        """Observe one step of verl 0.7 (a ``DataProto``): every response's prompt id and summed
+        token-level score."""
+        self.observe(batch.non_tensor_batch["index"],
+                     batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy())
+
+    def observe(self, ids, scores) -> dict[int, tuple[int, int]]:
+        """Observe one step's responses, in any order: ``ids[j]`` is response j's prompt id (its
+        ``extra_info["index"]``), ``scores[j]`` its reward. The responses of a prompt form one group.
+        Shared by :meth:`update` and verl 0.9's registered trainer (:mod:`rlcurate.interop.verl_v1`)."""
         pos = self.positions(ids)
+        scores = np.asarray(scores, dtype=float).reshape(-1)
         if self._group_size_fixed is None and pos.size:
             self.selection.group_size = int(np.bincount(pos).max())  # responses per prompt (rollout.n)
         self.last_update = self.selection.observe(pos, scores)
+        return self.last_update
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,100 @@
+"""rlcurate's prompt selection in the current verl (0.9.1) through its registered-trainer hook (appendix A2, issue #32).
+
+verl 0.9.1 cannot share a process with the book's environment (its hydra needs omegaconf 2.3 and antlr 4.9),
+so ``make setup`` installs it into ``.venv/verl-0.9.1`` and these tests run ``tests/verl_current_probe.py``
+once, in a subprocess with that folder first on ``PYTHONPATH`` and
+``VERL_USE_EXTERNAL_MODULES=rlcurate.interop.verl_v1`` (how a run registers the trainer), then assert on the
+JSON it prints. The probe uses verl's own registry, default config, ``_init_dataloader``, ``step`` and DAPO
+filter; it stubs TransferQueue (a dict), the rollout and the GPU half of ``_step_once`` (see its docstring).
+Only the trainer's data path runs: no Ray workers, no rollouts, no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VERL_CURRENT = REPO / ".venv" / "verl-0.9.1"
+PROBE = REPO / "tests" / "verl_current_probe.py"
+
+
+@pytest.fixture(scope="module")
+def probe() -> dict:
+    if not (VERL_CURRENT / "verl" / "trainer" / "ppo" / "v1").is_dir():
+        pytest.fail(f"verl 0.9.1 is not installed in {VERL_CURRENT}: run `make setup` (make test does it)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(VERL_CURRENT), str(REPO / "src")]),
+               VERL_USE_EXTERNAL_MODULES="rlcurate.interop.verl_v1", VERL_USE_EXTERNAL_PLUGINS="none",
+               PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=str(REPO))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RLCURATE-JSON ")]
+    assert proc.returncode == 0 and lines, f"probe failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(lines[-1][len("RLCURATE-JSON "):])
+
+
+def test_registered_trainer_is_found_by_name_and_subclasses_verls_sync_trainer(probe):
+    reg = probe["registry"]
+    assert reg["verl"] == "0.9.1"
+    assert reg["is_ours"], "get_trainer_cls('rlcurate_curated') is not rlcurate.interop.verl_v1.CuratedPPOTrainer"
+    assert reg["sync_class_is_parent"] and reg["is_ppo_trainer"] and reg["imported_by_verl"]
+
+
+def test_dataloader_is_verls_stateful_loader_with_the_curation_sampler(probe):
+    dl = probe["dataloader"]
+    for mode, loader_batch in (("plain", 4), ("dapo", 1)):  # DAPO: verl fetches one prompt at a time
+        d = dl[mode]
+        assert d["is_stateful"] and d["loader"] == "StatefulDataLoader", mode
+        assert d["is_curation"] and d["sampler"] == "CurationSampler" and d["strategy"] == "insight", mode
+        assert d["loader_batch"] == loader_batch and d["prompts_per_selection"] == 4, mode
+        assert d["same_dataset"] and d["steps_per_epoch"] == 6, mode
+    # a checkpoint of verl's dataloader (data.pt) restores the beliefs and continues with the same prompts
+    assert dl["resume"]["continues"] and dl["resume"]["alpha_restored"], dl["resume"]
+    assert len(dl["resume"]["next"]) == 4
+
+
+def test_verl_step_feeds_the_sampler_as_the_same_rewards_fed_directly(probe):
+    up = probe["update"]
+    # agreement: the prompts verl fetched are those a sampler fed the same rewards directly selects
+    assert up["drawn"] == up["ref_drawn"] and len(up["drawn"]) == 4
+    assert up["alpha_equal"] and up["beta_equal"]
+    # the beliefs hold the responses verl trained on, one per session: padding rows and the first turn of a
+    # two-turn session (which carries the same reward) are not counted
+    assert up["alpha_minus_1"] == up["successes"] and up["trials"] == up["responses"] == 4 * 4 * 4
+    assert up["observed"] == 4 and up["rounds_seen"] == [0, 1, 2, 3]  # no lag: each selection saw every earlier step
+    assert all(n == 4 for _, n in up["last_update"].values()) and len(up["last_update"]) == 4
+    assert up["metrics"] == ["rlcurate/belief_mean_observed", "rlcurate/prompts_observed"]
+
+
+def test_pool_baseline_is_refused_when_the_registered_trainer_is_built(probe):
+    msg = probe["dataloader"]["pool_refused"]
+    assert "cannot run algorithm.adv_estimator=rlcurate_pool_grpo" in msg and "reward_baselines" in msg
+
+
+def test_dapo_verls_filter_and_this_packages_keep_the_same_groups_but_two_kinds(probe):
+    """verl 0.9.1's ReplayBuffer._dapo_filtered_keys (real; the TransferQueue read is stubbed to return the
+    float32 rm_scores verl's agent loop writes) against this package's DapoFilter on identical rewards."""
+    d = probe["dapo"]
+    both = ["float32_step", "graded_mixed", "mixed", "negative_mixed", "one_right", "tiny_zero"]
+    assert sorted(set(d["verl_kept"]) & set(d["rlcurate_kept"])) == both
+    # 1. a group of one reward: verl keeps it (its rule needs more than one trajectory to evict), this package drops it
+    assert sorted(set(d["verl_kept"]) - set(d["rlcurate_kept"])) == ["single", "single0"]
+    # 2. rewards that differ below float32 resolution (1 and 1 + 1e-12): verl stores rm_scores in float32, where
+    #    they are equal, and evicts the group; this package compares float64 rewards and keeps it. Rounded to
+    #    float32 first, this package drops it too; 1e-12 against 0 survives float32 in both.
+    assert sorted(set(d["rlcurate_kept"]) - set(d["verl_kept"])) == ["tiny"]
+    assert d["rlcurate_kept_float32"] == both
+    # uniform groups, graded ones included (0.1 x 3, 0.7 x 6), are evicted by verl, logged by their float32 value
+    assert d["verl_evicted_values"] == {"1.0": 2, "-1.0": 1, "0.5": 1, "0.0": 1, "0.10000000149011612": 1,
+                                        "0.699999988079071": 1}
+
+
+def test_verl_v1_module_names_the_version_it_needs():
+    """In this environment (verl 0.7.1, no TransferQueue) the module refuses to import, saying why."""
+    with pytest.raises(ImportError, match=r"needs verl >= 0.8 .* tested with verl 0.9.1"):
+        import rlcurate.interop.verl_v1  # noqa: F401

@@ -1,0 +1,288 @@
+"""Runs rlcurate's verl >= 0.8 adapter against verl 0.9.1's real classes; prints one JSON object.
+
+Started by ``tests/test_interop_verl_current.py`` in a subprocess whose ``PYTHONPATH`` puts
+``.venv/verl-0.9.1`` (verl 0.9.1, TransferQueue, hydra's omegaconf) before the virtual environment, with
+``VERL_USE_EXTERNAL_MODULES=rlcurate.interop.verl_v1``, the way a user selects the registered trainer.
+What is verl's own code here: the trainer registry, the config (verl's generated ``ppo_trainer``
+defaults), ``PPOTrainer._init_dataloader`` (``RLHFDataset`` on a parquet file, ``collate_fn``,
+``StatefulDataLoader``), ``step`` with its ``prepare_step`` / ``_next_train_batch`` (dataloader fetch, uids),
+``list_of_dict_to_tensordict`` (how the agent loop packs trajectories), and the replay buffer's DAPO filter.
+Stubbed: TransferQueue (a dict behind ``kv_batch_get`` / ``kv_batch_put``), the rollout (a known pass
+rate per prompt) and the part of ``_step_once`` that needs GPU workers (it returns the step's trajectories).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+N_PROMPTS, BATCH, N_RESP, STEPS = 24, 4, 4, 4
+
+
+def pass_rate(index: int) -> float:
+    return (index * 37 % 100) / 100
+
+
+# ------------------------------------------------------------------------------------------------ a stub store
+class Store:
+    """TransferQueue's key-value calls over a dict; values are packed by verl's own helper."""
+
+    def __init__(self):
+        self.rows: dict[str, dict] = {}
+        self.gets: list[list[str]] = []
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        if fields is not None and not isinstance(fields, list):
+            raise TypeError("the stub stores lists of dicts only")
+        for j, key in enumerate(keys):
+            self.rows.setdefault(key, {}).update(fields[j] if fields else {})
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        self.gets.append(list(keys))
+        return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in select_fields} for k in keys])
+
+
+def verl_config(parquet: str, **changes):
+    """verl's full default PPO config (the generated ppo_trainer.yaml) with a user's overrides."""
+    import verl
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = OmegaConf.load(Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+    with open_dict(cfg):
+        cfg.data.train_files = cfg.data.val_files = parquet
+        cfg.data.train_batch_size = BATCH
+        cfg.data.dataloader_num_workers = 0
+        cfg.data.max_prompt_length = 64
+        cfg.data.seed = 3
+        cfg.actor_rollout_ref.rollout.n = N_RESP
+        cfg.data.sampler = {"strategy": "insight", "strategy_kwargs": {"mu": 0.3}, "group_size": N_RESP}
+        for key, value in changes.items():
+            OmegaConf.update(cfg, key, value, merge=False)
+    return cfg
+
+
+def make_parquet(folder: str) -> str:
+    import datasets
+
+    rows = [{"data_source": "arith", "prompt": [{"role": "user", "content": f"{10 + 3 * i}+{7 + i}="}],
+             "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(17 + 4 * i)},
+             "extra_info": {"index": 1000 + 7 * i, "split": "train"}} for i in range(N_PROMPTS)]
+    path = os.path.join(folder, "train.parquet")
+    datasets.Dataset.from_list(rows).to_parquet(path)
+    return path
+
+
+def bare_trainer(cls, cfg, tokenizer):
+    """A trainer object with what ``_init_dataloader`` reads (``PPOTrainer.__init__`` builds workers' config)."""
+    trainer = object.__new__(cls)
+    trainer.config, trainer.tokenizer, trainer.processor = cfg, tokenizer, None
+    trainer.trainer_mode, trainer.parameter_sync_step = cfg.trainer.v1.trainer_mode, 1
+    return trainer
+
+
+# ------------------------------------------------------------------------------------------------ checks
+def check_registry(out: dict) -> None:
+    import verl
+    from verl.trainer.ppo.v1 import PPOTrainer, PPOTrainerSync, get_trainer_cls
+
+    cls = get_trainer_cls("rlcurate_curated")  # registered by VERL_USE_EXTERNAL_MODULES, as in a run
+    import rlcurate.interop.verl_v1 as v1
+
+    out["registry"] = {"verl": verl.__version__, "is_ours": cls is v1.CuratedPPOTrainer,
+                       "sync_class_is_parent": cls.__mro__[1] is get_trainer_cls("sync") is PPOTrainerSync,
+                       "is_ppo_trainer": issubclass(cls, PPOTrainer),
+                       "imported_by_verl": "rlcurate.interop.verl_v1" in os.environ.get("VERL_USE_EXTERNAL_MODULES", "")}
+
+
+def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    import rlcurate.interop.verl_v1 as v1
+    from rlcurate.interop.verl import CurationSampler
+
+    res = {}
+    for name, changes in (("plain", {}), ("dapo", {"algorithm.filter_groups.enable": True})):
+        trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **changes), tokenizer)
+        trainer._init_dataloader()  # verl's PPOTrainer._init_dataloader, then ours
+        loader = trainer.train_dataloader
+        res[name] = {"loader": type(loader).__name__, "is_stateful": isinstance(loader, StatefulDataLoader),
+                     "sampler": type(loader.sampler).__name__, "is_curation": isinstance(loader.sampler, CurationSampler),
+                     "strategy": loader.sampler.selection.selector.name, "loader_batch": loader.batch_size,
+                     "prompts_per_selection": loader.sampler.batch_size, "steps_per_epoch": trainer.steps_per_epoch,
+                     "same_dataset": loader.dataset is trainer.train_dataset}
+    # the sampler's state is in the dataloader's, which verl saves in data.pt
+    trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet), tokenizer)
+    trainer._init_dataloader()
+    it = iter(trainer.train_dataloader)
+    next(it)
+    trainer.train_dataloader.sampler.observe([1000, 1000, 1007], [1.0, 0.0, 1.0])
+    state = trainer.train_dataloader.state_dict()
+    after = [int(i) for i in next(it)["index"]]
+    again = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet), tokenizer)
+    again._init_dataloader()
+    again.train_dataloader.load_state_dict(state)
+    resumed = [int(i) for i in next(iter(again.train_dataloader))["index"]]
+    res["resume"] = {"continues": resumed == after, "next": after, "resumed": resumed,
+                     "alpha_restored": bool(np.array_equal(again.train_dataloader.sampler.selection.selector.beliefs.alpha,
+                                                           trainer.train_dataloader.sampler.selection.selector.beliefs.alpha))}
+    # the pool-baseline estimator is refused when the trainer is built, before any worker starts
+    try:
+        v1.CuratedPPOTrainer(verl_config(parquet, **{"algorithm.adv_estimator": "rlcurate_pool_grpo"}))
+        res["pool_refused"] = ""
+    except ValueError as exc:
+        res["pool_refused"] = str(exc)
+    out["dataloader"] = res
+
+
+def check_update(out: dict, parquet: str, tokenizer) -> None:
+    """verl's ``step`` drives the trainer; the sampler must end where a sampler fed the same rewards does."""
+    import transfer_queue as tq
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    import rlcurate.interop.verl_v1 as v1
+    from rlcurate.interop.verl import CurationSampler
+
+    store, rng = Store(), np.random.default_rng(0)
+    tq.kv_batch_put, tq.kv_batch_get = store.kv_batch_put, store.kv_batch_get
+    trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet), tokenizer)
+    trainer._init_dataloader()
+    trainer.global_steps = 1
+    trained: list[list[tuple[int, float]]] = []  # per step, what verl trained on: (prompt id, reward) per response
+    drawn: list[list[int]] = []
+
+    class Rollout:  # the agent loop manager: n sessions per prompt, rm_scores on the last token
+        def generate_sequences(self, batch):
+            ids = [int(i) for i in batch["index"]]
+            drawn.append(ids)
+            trained.append([])
+            keys, tags = [], []
+            for uid, idx in zip(list(batch["uid"]), ids):
+                for s in range(N_RESP):
+                    reward, length = float(rng.random() < pass_rate(idx)), int(rng.integers(1, 6))
+                    scores = torch.zeros(length, dtype=torch.float32)
+                    scores[-1] = reward
+                    outputs = 2 if s == 0 and idx % 2 == 0 else 1  # a two-turn session: the reward on both
+                    for o in range(outputs):
+                        keys.append(f"{uid}_{s}_{o}")
+                        tags.append({"status": "success", "seq_len": length})
+                        store.rows[keys[-1]] = {"index": idx, "rm_scores": scores.clone()}
+                    trained[-1].append((idx, reward))
+            keys.append(f"pad{uuid.uuid4().hex}_0_0")  # verl's padding row: a copy with zero reward
+            tags.append({"status": "success", "seq_len": 1, "is_padding": True})
+            store.rows[keys[-1]] = {"index": ids[0], "rm_scores": torch.zeros(1)}
+            order = rng.permutation(len(keys))  # _balance_batch reorders
+            self.batch = KVBatchMeta(partition_id="train", keys=[keys[j] for j in order], tags=[tags[j] for j in order])
+
+    trainer.agent_loop_manager = rollout = Rollout()
+    PPOTrainer._step_once = lambda self, metrics, timing_raw, size: rollout.batch  # the GPU part of a step
+    metrics = {}
+    for _ in range(STEPS):
+        trainer.step(metrics, {})  # verl's step: prepare_step fetches the prompts, then _step_once
+        trainer.global_steps += 1
+    mine = trainer.train_dataloader.sampler
+
+    ref = CurationSampler(trainer.train_dataset, trainer.config.data, batch_size=BATCH)
+    ref_drawn = []
+    for step in range(STEPS):  # the same rewards, fed directly, one step at a time
+        ref_drawn.append([1000 + 7 * p for p in ref.selection.select(BATCH)])
+        ref.observe([i for i, _ in trained[step]], [r for _, r in trained[step]])
+    b, rb = mine.selection.selector.beliefs, ref.selection.selector.beliefs
+    successes = {p: 0 for p in range(N_PROMPTS)}
+    for i, r in (pair for step in trained for pair in step):
+        successes[(i - 1000) // 7] += int(r)
+    out["update"] = {"drawn": drawn, "ref_drawn": ref_drawn, "observed": mine.selection.observed,
+                     "rounds_seen": [h["observed"] for h in mine.selection.history],
+                     "alpha_equal": bool(np.array_equal(b.alpha, rb.alpha)), "beta_equal": bool(np.array_equal(b.beta, rb.beta)),
+                     "alpha_minus_1": (b.alpha - 1).tolist(), "successes": [successes[p] for p in range(N_PROMPTS)],
+                     "trials": float((b.alpha + b.beta - 2).sum()), "responses": sum(map(len, trained)),
+                     "last_update": {str(k): list(v) for k, v in mine.last_update.items()},
+                     "metrics": sorted(k for k in metrics if k.startswith("rlcurate/"))}
+
+
+# DAPO: identical groups to verl's filter and to this package's.
+DAPO_GROUPS = {
+    "all0": [0.0, 0.0, 0.0, 0.0], "all1": [1.0, 1.0, 1.0, 1.0], "mixed": [1.0, 0.0, 0.0, 1.0],
+    "one_right": [0.0, 0.0, 0.0, 1.0], "single": [1.0], "single0": [0.0], "pair_equal": [0.5, 0.5],
+    "tiny": [1.0, 1.0 + 1e-12, 1.0, 1.0], "tiny_zero": [0.0, 1e-12, 0.0, 0.0], "float32_step": [0.5, 0.5 + 2 ** -20, 0.5],
+    "graded_equal": [0.1, 0.1, 0.1], "graded_equal7": [0.7, 0.7, 0.7, 0.7, 0.7, 0.7], "graded_mixed": [0.2, 0.5, 0.5],
+    "negative": [-1.0, -1.0, -1.0], "negative_mixed": [-1.0, 1.0, -1.0],
+}
+
+
+def check_dapo(out: dict) -> None:
+    import verl.trainer.ppo.v1.replay_buffer as rb_mod
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from omegaconf import OmegaConf
+
+    from rlcurate.curation.base import Group
+    from rlcurate.curation.dapo import DapoFilter
+    from rlcurate.tasks.base import Problem
+
+    buf = ReplayBuffer(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+                       max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}), refill_fn=lambda k: k,
+                       filter_groups_metric="reward", train_batch_size=len(DAPO_GROUPS), gen_batch_size=1)
+    uid_of = {name: uuid.uuid4().hex for name in DAPO_GROUPS}  # verl's uids carry no "_"
+    rows = {}
+    for name, rewards in DAPO_GROUPS.items():  # as _sync_metadata_from_transfer_queue fills them
+        buf.finished_keys["train"].add(uid_of[name])
+        for s, r in enumerate(rewards):
+            scores = torch.zeros(3, dtype=torch.float32)  # the agent loop's rm_scores: float32, reward on the last token
+            scores[-1] = r
+            rows[f"{uid_of[name]}_{s}_0"] = scores
+            buf.partitions["train"][f"{uid_of[name]}_{s}_0"] = {"status": "success"}
+
+    def kv_batch_get(keys, partition_id, select_fields=None):
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        assert select_fields == ["rm_scores"], select_fields
+        return list_of_dict_to_tensordict([{"rm_scores": rows[k]} for k in keys])
+
+    rb_mod.tq.kv_batch_get = kv_batch_get  # the store is stubbed; the filter is verl's
+    evicted, counts = buf._dapo_filtered_keys("train")
+    verl_kept = sorted(n for n in DAPO_GROUPS if uid_of[n] not in evicted)
+
+    class Ctx:
+        prompts_per_step = len(DAPO_GROUPS)  # every mixed group fits: compare the keep rule, not the cap
+
+    def rlcurate_kept(cast):
+        groups = [Group(index=j, problem=Problem(n, "", ""), prompt="", completions=[None] * len(r),
+                        rewards=np.asarray([cast(x) for x in r], dtype=float))
+                  for j, (n, r) in enumerate(DAPO_GROUPS.items())]
+        return sorted(g.problem.uid for g in DapoFilter().process(Ctx(), groups))
+
+    out["dapo"] = {"verl_kept": verl_kept, "rlcurate_kept": rlcurate_kept(float),
+                   "rlcurate_kept_float32": rlcurate_kept(lambda x: float(np.float32(x))),
+                   "verl_evicted_values": {str(k): v for k, v in counts.items()}}
+
+
+def main() -> None:
+    from rlcurate.models.tiny import build_tiny_tokenizer
+
+    out: dict = {}
+    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo"]
+    with tempfile.TemporaryDirectory() as folder:
+        parquet = make_parquet(folder)
+        tokenizer = build_tiny_tokenizer()
+        for name in sections:
+            if name == "registry":
+                check_registry(out)
+            elif name == "dapo":
+                check_dapo(out)
+            else:
+                globals()[f"check_{name}"](out, parquet, tokenizer)
+    print("RLCURATE-JSON " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
