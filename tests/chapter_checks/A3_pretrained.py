@@ -119,3 +119,13 @@ def check(records):
             assert all(r["low"] <= r["diff"] <= r["high"] for r in rows.values()), measure
             assert rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
             assert all(0 <= r["p_holm"] <= 1 for r in rows.values()), measure
+    # the revisited pool's rates tuned on it (smollm2_revisit_lr, its declared rule): uniform keeps 1e-5, so its runs
+    # and the A/A control's stand; the tuned arms' table (smollm2_revisit_tuned) once an arm has its eight seeds
+    tuned = records["revisit_tuned"]
+    assert tuned["tie"] == 0.005 and set(tuned["chosen"]) == {"uniform", "insight", "combined", "combined_failures"}
+    assert tuned["chosen"]["uniform"] == 1e-5 and set(tuned["chosen"].values()) <= {3e-6, 1e-5, 3e-5}
+    if tuned["table"] is not None:
+        for measure, rows in tuned["table"].items():
+            assert "uniform_aa" in rows and rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
+            assert all(r["low"] <= r["mean"] <= r["high"] and r["seeds"] == 8 for r in rows.values()), measure
+            check_family(rows, tuned["family"], tuned["repeats"])

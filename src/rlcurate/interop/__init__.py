@@ -6,7 +6,11 @@
                                        :class:`~rlcurate.interop.trl.CuratedGRPOTrainer`, which feeds
                                        TRL's rewards back to the strategy
 :mod:`rlcurate.interop.verl`           :class:`~rlcurate.interop.verl.CurationSampler`, a verl
-                                       ``AbstractCurriculumSampler`` (``data.sampler.class_path``)
+                                       ``AbstractCurriculumSampler`` (``data.sampler.class_path``,
+                                       verl 0.5 to 0.7.1)
+:mod:`rlcurate.interop.verl_v1`        :class:`~rlcurate.interop.verl_v1.CuratedPPOTrainer`, verl's v1
+                                       trainer registered as ``rlcurate_curated`` with that sampler
+                                       (verl 0.8 and later; tested on 0.9.1)
 :class:`PromptSelection`               the adapter both share: a strategy's ``select`` and ``observe``
                                        driven by another trainer, with checkpointable state
 =====================================  ==================================================================
