@@ -8,6 +8,8 @@
 :mod:`rlcurate.interop.verl`           :class:`~rlcurate.interop.verl.CurationSampler`, a verl
                                        ``AbstractCurriculumSampler`` (``data.sampler.class_path``,
                                        verl 0.5 to 0.7.1)
+:mod:`rlcurate.interop.verl_rollout`   :class:`~rlcurate.interop.verl_rollout.CuratedRollout`, Reinforce-Ada-Seq
+                                       and SAGE around verl 0.7.1's rollout manager
 :mod:`rlcurate.interop.verl_v1`        :class:`~rlcurate.interop.verl_v1.CuratedPPOTrainer`, verl's v1
                                        trainer registered as ``rlcurate_curated`` with that sampler
                                        (verl 0.8 and later; tested on 0.9.1)
@@ -16,7 +18,8 @@
 =====================================  ==================================================================
 
 Only prompt-level strategies (INSIGHT, MoPPS, expected difficulty, inverse evidence, the variance
-prefilter from an audit file, uniform) are samplers; the response-level ones need trainer hooks
+prefilter from an audit file, uniform) are samplers; the response-level ones run around the other
+trainer's generation (TRL's generate-and-score call, verl's rollout manager) where it can host them
 (appendix A2). The submodules import TRL and verl lazily: importing this package needs neither.
 """
 

@@ -197,19 +197,24 @@ class CurationSampler(_SamplerBase):
 
     def update(self, batch) -> None:
         """Observe one step of verl 0.7 (a ``DataProto``): every response's prompt id and summed
-        token-level score."""
+        token-level score, and its ``hint_level`` where SAGE's wrapper (:mod:`rlcurate.interop.verl_rollout`)
+        wrote one."""
         self.observe(batch.non_tensor_batch["index"],
-                     batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy())
+                     batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy(),
+                     batch.non_tensor_batch.get("hint_level"))
 
-    def observe(self, ids, scores) -> dict[int, tuple[int, int]]:
+    def observe(self, ids, scores, hint_levels=None) -> dict[int, tuple[int, int]]:
         """Observe one step's responses, in any order: ``ids[j]`` is response j's prompt id (its
-        ``extra_info["index"]``), ``scores[j]`` its reward. The responses of a prompt form one group.
-        Shared by :meth:`update` and verl 0.9's registered trainer (:mod:`rlcurate.interop.verl_v1`)."""
+        ``extra_info["index"]``), ``scores[j]`` its reward, ``hint_levels[j]`` the hint its prompt carried
+        (default none; the selector's own rule decides what a hinted group says, chapter 10). The responses of
+        a prompt at one hint level form one group. Shared by :meth:`update` and verl 0.9's registered trainer
+        (:mod:`rlcurate.interop.verl_v1`)."""
         pos = self.positions(ids)
         scores = np.asarray(scores, dtype=float).reshape(-1)
         if self._group_size_fixed is None and pos.size:
             self.selection.group_size = int(np.bincount(pos).max())  # responses per prompt (rollout.n)
-        self.last_update = self.selection.observe(pos, scores)
+        levels = None if hint_levels is None else np.asarray(hint_levels, dtype=np.int64).reshape(-1)
+        self.last_update = self.selection.observe(pos, scores, levels)
         return self.last_update
 
     # ------------------------------------------------------------------ checkpoint
