@@ -50,6 +50,10 @@ COVERED_BY_OTHERS |= {f"protocol_cost/{arm}_s0" for arm in ("uniform", "uniform_
 # evaluation prompt; the training steps are the same): smollm2_protocol's fixtures replay uniform and DAPO, and
 # INSIGHT's selection is replayed by the combined recipe's fixture (the same selector, no hint rolled at 0.66 visits)
 COVERED_BY_OTHERS |= {f"smollm2_long/{arm}_s0" for arm in ("uniform", "uniform_aa", "insight", "dapo")}
+# the revisited pool's arms at the rate tuned on it repeat smollm2_revisit's with another learning rate, which a
+# SmolLM2 fixture's one replayed step (selection, sampling rounds, hints; no update for these arms) does not reach:
+# smollm2_revisit's fixtures (combined, combined_failures) replay them
+COVERED_BY_OTHERS |= {f"smollm2_revisit_tuned/{arm}_s0" for arm in ("insight", "combined", "combined_failures")}
 
 
 def replay_steps(fixture: dict) -> int:
