@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -273,7 +274,7 @@ class Recording(CuratedGRPOTrainer):
         return batch
 
 
-def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None, **extra):
+def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None, cls=None, with_task=False, **extra):
     import warnings
 
     from datasets import Dataset
@@ -293,12 +294,14 @@ def _train_dapo(tmp_path, ckpt, *, steps, strategy="dapo", strategy_kwargs=None,
 
     G, k = 4, 2
     cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), gradient_accumulation_steps=1,
-                     num_generations=G, max_completion_length=6, learning_rate=1e-4, max_steps=steps, beta=0.0,
+                     num_generations=G, learning_rate=1e-4, max_steps=steps, beta=0.0,
                      temperature=1.0, top_k=0, top_p=1.0, use_cpu=True, bf16=False, fp16=False, use_vllm=False,
                      report_to="none", logging_steps=1, disable_tqdm=True, seed=0, gradient_checkpointing=False,
-                     save_strategy="no", **{"per_device_train_batch_size": G * k, **extra})
-    trainer = Recording(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
-                        strategy=strategy, strategy_kwargs=strategy_kwargs)
+                     save_strategy="no",
+                     **{"per_device_train_batch_size": G * k, "max_completion_length": 6, **extra})
+    trainer = (cls or Recording)(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds,
+                                 processing_class=tok, strategy=strategy, strategy_kwargs=strategy_kwargs,
+                                 task=task if with_task else None)
     trainer.train()
     return trainer
 
@@ -404,8 +407,16 @@ def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
 
     selector, dapo = hosted_parts("insight+dapo", {"max_num_gen_batches": 3})
     assert selector.name == "insight" and dapo.sampler.max_num_gen_batches == 3
-    for name in ["gvm", "dro", "insight+gvm"]:
-        with pytest.raises(ValueError, match="cannot run in TRL's GRPOTrainer"):
+    selector, dro = hosted_parts("insight+dro", {"use_as": "token_weights"})
+    assert selector.name == "insight" and [p.name for p in dro.processors] == ["dro"]
+    for name in ["gvm", "insight+gvm"]:
+        with pytest.raises(ValueError, match=re.escape(f"strategy '{name}' cannot run in TRL's GRPOTrainer: gvm "
+                                                       f"needs")):
+            hosted_parts(name)
+    for name in ["dro_filter", "dro_filter+dro"]:  # the paper's query filter: its own rollouts before choosing
+        with pytest.raises(ValueError, match=re.escape(f"strategy '{name}' cannot run in TRL's GRPOTrainer: its "
+                                                       f"selector 'dro_filter' needs this package's trainer (it "
+                                                       f"generates rollouts")):
             hosted_parts(name)
 
 
@@ -641,3 +652,161 @@ def test_hosted_strategies_follow_trls_generation_batches_and_iterations(tmp_pat
     batch = ada.batches[0]
     assert batch["old_per_token_logps"].shape == batch["completion_ids"].shape
     assert torch.isfinite(batch["old_per_token_logps"][batch["completion_mask"].bool()]).all()
+
+
+# ---------------------------------------------------------------------------------------------- DRO in TRL
+class DroRecording(Recording):
+    """Also keeps, per TRL generation call, the prompt and completion token ids TRL generated, and per step the
+    model's weights at the step's start (what DRO scored with and what the step's loss differentiates)."""
+
+    def __init__(self, *args, **kwargs):
+        self.generated, self.snapshots = [], []
+        super().__init__(*args, **kwargs)
+
+    def _generate(self, prompts):
+        out = super()._generate(prompts)
+        if self.model.training:
+            self.generated.append(([list(p) for p in out[0]], [list(c) for c in out[1]]))
+        return out
+
+    def _generate_and_score_completions(self, inputs):
+        if self.model.training:
+            self.snapshots.append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        return super()._generate_and_score_completions(inputs)
+
+
+def _dro_in_trl(tmp_path, ckpt, strategy, strategy_kwargs, *, steps=2, **extra):
+    """TRL's loop with a DRO strategy, and per step this package's own DRO (its Curator's processors) fed the same
+    completions (TRL's token ids, this package's Completion text: special tokens kept, the final EOS dropped), the
+    rewards TRL scored and the model TRL had at that step: returns (trainer, per step: (kept groups, their
+    advantages, the model))."""
+    import copy
+
+    from rlcurate.curation import build_curator
+    from rlcurate.curation.base import Group, group_advantages
+    from rlcurate.policy.model import ModelPolicy
+    from rlcurate.rollout.base import Completion
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+
+    trainer = _train_dapo(tmp_path, ckpt, steps=steps, strategy=strategy, strategy_kwargs=strategy_kwargs,
+                          cls=DroRecording, with_task=True, max_completion_length=12, **extra)
+    tok = trainer.processing_class
+    task = ArithmeticTask(levels=["add2", "add3"], n_train=12, n_test=2, seed=0)
+    problems, G = task.problems("train"), trainer.num_generations
+    eos = set(trainer.eos_token_ids)
+    ours = build_curator(strategy, **strategy_kwargs)
+    assert len(trainer.step_log) == len(trainer.snapshots) == steps
+    out = []
+    for step, log in enumerate(trainer.step_log):
+        assert log["calls"] == 1  # a plain sampler: one generation batch per step
+        (idx, rewards, texts), (pids, cids) = trainer.rounds[step], trainer.generated[step]
+        groups = []
+        for k in range(0, len(idx), G):
+            comps = [Completion(0, j, pids[k + j], cids[k + j], tok.decode(
+                cids[k + j][:-1] if cids[k + j][-1] in eos else cids[k + j], skip_special_tokens=False), [], "stop")
+                for j in range(G)]
+            groups.append(Group(index=int(idx[k]), problem=problems[int(idx[k])], prompt=texts[k], completions=comps,
+                                rewards=np.array(rewards[k:k + G], dtype=float), generated=G))
+        model = copy.deepcopy(trainer.model)
+        model.load_state_dict(trainer.snapshots[step])
+        policy = ModelPolicy(model, tok)
+        from types import SimpleNamespace
+
+        ctx = SimpleNamespace(tokenizer=tok, task=task, sequence_logprobs=policy.sequence_logprobs, step=step)
+        kept = ours.process(ctx, groups)
+        assert [g.index for g in kept] == log["kept"]
+        out.append((kept, [group_advantages(g, "grpo", 1e-4) for g in kept], model))
+    return trainer, out
+
+
+def _per_token_advantages(kept, advantages) -> list[np.ndarray]:
+    """This package's A_i * w_it per completion (the weight its loss multiplies the token's policy term by)."""
+    return [a * (np.ones(len(c.token_ids)) if g.token_weights is None else np.asarray(g.token_weights[j]))
+            for g, adv in zip(kept, advantages) for j, (c, a) in enumerate(zip(g.completions, adv))]
+
+
+def _losses_and_grads(trainer, batch, kept, advantages, model, loss_agg):
+    """TRL's loss of the recorded batch (its _compute_loss) and this package's (rlcurate.train.loss.policy_loss with
+    the aggregation ``loss_agg``), each with its gradient, on two copies of ``model``."""
+    import copy
+
+    from rlcurate.train.loss import TrainSample, aggregation_coefficients, forward_logprobs, policy_loss
+
+    theirs, mine = copy.deepcopy(model), copy.deepcopy(model)
+    theirs.train(), mine.train()
+    loss_trl = trainer._compute_loss(theirs, {k: v for k, v in batch.items()})
+    loss_trl.backward()
+    samples = [TrainSample(list(c.prompt_token_ids), list(c.token_ids), float(a),
+                           None if g.token_weights is None else np.asarray(g.token_weights[j], dtype=float))
+               for g, adv in zip(kept, advantages) for j, (c, a) in enumerate(zip(g.completions, adv))]
+    aggregation_coefficients(samples, loss_agg, trainer.max_completion_length)
+    logp, mask, _ = forward_logprobs(mine, samples, 1.0, trainer.processing_class.pad_token_id)
+    loss_ours, _ = policy_loss(logp, mask, samples, 0.2, 0.2, 0.0)
+    loss_ours.backward()
+    grads = [(p.grad, q.grad) for p, q in zip(theirs.parameters(), mine.parameters()) if q.grad is not None]
+    return float(loss_trl.detach()), float(loss_ours.detach()), grads
+
+
+@pytest.mark.slow
+def test_dro_token_weights_in_trl_agree_with_this_packages_dro(tmp_path, tiny_checkpoint):
+    """DRO's token weights (chapter 8, use_as='token_weights') inside TRL's GRPOTrainer loop: fed the completions TRL
+    generated, the rewards it scored and the model it had, this package's DRO gives the same per-token weights and
+    advantages (TRL's (B, T) advantages are A_i w_it: float32 against float64), and TRL's loss_type 'grpo' gives this
+    package's seq-mean-token-mean loss and gradient (two forward passes that differ in float32 rounding only); two
+    real steps change the model."""
+    trainer, steps = _dro_in_trl(tmp_path, tiny_checkpoint, "dro", {"use_as": "token_weights"}, loss_type="grpo")
+    weighted = 0
+    for (kept, advantages, model), batch in zip(steps, trainer.batches):
+        expected = _per_token_advantages(kept, advantages)
+        assert batch["advantages"].shape == batch["completion_ids"].shape and len(expected) == 8
+        for r, (e, c) in enumerate(zip(expected, (c for g in kept for c in g.completions))):
+            n = len(c.token_ids)
+            assert batch["completion_ids"][r, :n].tolist() == list(c.token_ids)
+            assert batch["completion_mask"][r].sum() == n
+            np.testing.assert_allclose(batch["advantages"][r, :n].numpy(), e, rtol=1e-6, atol=1e-7)
+        weighted += sum(int((np.asarray(w) != 1).any() and a != 0)  # a weighted token with a gradient
+                        for g, adv in zip(kept, advantages) for w, a in zip(g.token_weights, adv))
+        loss_trl, loss_ours, grads = _losses_and_grads(trainer, batch, kept, advantages, model, "seq-mean-token-mean")
+        assert loss_trl == pytest.approx(loss_ours, rel=1e-5, abs=1e-7)
+        for a, b in grads:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert weighted > 0  # some completions wrote an answer span whose reference tokens depend on the reasoning
+    # (on-policy the loss's value is blind to the weights, sum_t A w_t = A n_i: the gradient is what tells)
+    final = trainer.model.state_dict()
+    assert any(not torch.equal(final[k], v) for k, v in trainer.snapshots[0].items())  # the steps trained
+    logged = [h for h in trainer.state.log_history if "curation/dro_query_score_mean" in h]
+    assert logged and max(h["curation/dro_query_score_mean"] for h in logged) > 0
+
+
+@pytest.mark.slow
+def test_insight_and_dro_compose_in_trl(tmp_path, tiny_checkpoint):
+    """'insight+dro' with use_as='both' (R3 replaces the reward and weights the tokens) and the per-step group filter
+    (filter_fraction 0.5: one of the two generated groups is dropped, its place filled with rows that carry no token):
+    INSIGHT observes every scored completion, the kept group is this package's, its advantages (from R3) and token
+    weights are this package's, and TRL's loss_type 'dapo' gives this package's token-mean loss and gradient."""
+    kw = {"use_as": "both", "filter_fraction": 0.5}
+    trainer, steps = _dro_in_trl(tmp_path, tiny_checkpoint, "insight+dro", kw, loss_type="dapo")
+    assert type(trainer.curation.selector).__name__ == "InsightSelector" and trainer.curation.observed == 2
+    for (kept, advantages, model), batch, log in zip(steps, trainer.batches, trainer.step_log):
+        assert len(kept) == 1 and log["filled_groups"] == 1 and not batch["completion_mask"][4:].any()
+        assert not np.isin(kept[0].rewards, [0.0, 1.0]).all()  # R3, not the coin
+        for r, (e, c) in enumerate(zip(_per_token_advantages(kept, advantages), kept[0].completions)):
+            np.testing.assert_allclose(batch["advantages"][r, :len(c.token_ids)].numpy(), e, rtol=1e-6, atol=1e-7)
+        loss_trl, loss_ours, grads = _losses_and_grads(trainer, batch, kept, advantages, model, "token-mean")
+        assert loss_trl == pytest.approx(loss_ours, rel=1e-5, abs=1e-7)
+        for a, b in grads:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_trl_refuses_dro_where_it_would_not_be_this_packages_dro(tmp_path, tiny_checkpoint):
+    """Before the model loads: DRO without the task that writes the reference answer, and DRO's token weights with a
+    TRL loss that does not aggregate as one of this package's (bnpo: per micro-batch) or a sequence-level ratio."""
+    with pytest.raises(ValueError, match=r"strategy 'dro' in TRL needs task= \(an rlcurate task"):
+        _train_dapo(tmp_path, tiny_checkpoint, steps=1, strategy="dro")
+    for extra, got in [({"loss_type": "bnpo"}, "loss_type='bnpo', importance_sampling_level='token'"),
+                       ({"importance_sampling_level": "sequence", "loss_type": "grpo"},
+                        "loss_type='grpo', importance_sampling_level='sequence'")]:
+        with pytest.raises(ValueError, match=r"strategy 'insight\+dro' in TRL weights TRL's per-token loss as this "
+                                             r"package's loss does only for loss_type 'dapo' .*; got " + got):
+            _train_dapo(tmp_path, tiny_checkpoint, steps=1, strategy="insight+dro", with_task=True,
+                        strategy_kwargs={"use_as": "both"}, **extra)

@@ -56,6 +56,23 @@ than B groups of ``num_generations`` (DAPO at its cap), the batch is filled with
 zeroed, so they carry no token into the loss, as this package trains on what it found. Ada-Seq's ``round_repeat``
 must be a multiple of ``num_generations`` (TRL generates whole groups; the released script's 8 and 4 are).
 
+**DRO** (chapter 8; ``dro``, ``insight+dro``, with ``task=``) runs as this package's processor on the step's groups:
+their rows carry the prompt and completion token ids TRL generated and the text as this package decodes it, and
+``ctx.sequence_logprobs`` teacher-forces each problem's reference answer after each completion's reasoning on TRL's
+current model with this package's scoring (each process scores its share; all are gathered). R3 as the reward
+(``use_as="reward"``/``"both"``) enters the advantages; the group filter (``filter_fraction``) drops groups like
+DAPO (filled rows); the token weights (``"token_weights"``/``"both"``) reach TRL's loss as advantages of shape
+(B, T), A_i * w_it, which TRL's ``_compute_loss`` takes as they are: for w >= 0 its per-token loss
+-min(rho A w, clip(rho) A w) is w times the unweighted one, and its KL term stays unweighted, as in this package's
+:func:`rlcurate.train.loss.policy_loss`. This package's ``loss_agg`` maps onto TRL's ``loss_type``
+(:data:`LOSS_TYPE_OF`): token-mean = ``dapo``, seq-mean-token-mean = ``grpo``, seq-mean-token-sum-norm =
+``dr_grpo`` (token-level ratios); the others (``bnpo`` normalises per micro-batch; ``cispo``, ``sapo``, ``vespo``,
+``luspo`` are other surrogates) and ``importance_sampling_level="sequence"`` are refused with token weights. Where
+a step keeps fewer than B groups (the filter), ``grpo`` and ``dr_grpo`` count the filled rows in their per-sequence
+mean and this package does not (``dapo`` is exact): use ``loss_type="dapo"`` with ``filter_fraction``. The paper's
+dataset-level query filter (``dro_filter``, ``dro_filter+dro``) stays refused: it generates N rollouts of every
+candidate query before it chooses, and TRL's sampler draws the prompts ahead of the step without generating.
+
 The prefilter takes the audit's ``mixed.jsonl`` (``strategy_kwargs={"audit_file": ...}``) and matches
 its uids against a dataset column (``uid_column``, default ``"uid"``; positions when absent).
 
@@ -77,7 +94,8 @@ from torch.utils.data import Sampler
 
 from rlcurate.interop._core import PROMPT_LEVEL_STRATEGIES, PromptSelection, resolve_selector
 
-__all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts"]
+__all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts",
+           "LOSS_TYPE_OF"]
 
 _PROMPT_SIDE = ("prompt_ids", "prompt_mask")  # left-padded; every other per-row tensor of width > 1 is right-padded
 _TEXT_ONLY = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_per_token_logps",
@@ -91,7 +109,8 @@ def hosted_parts(strategy, strategy_kwargs: dict | None = None):
 
     A prompt-level strategy (:data:`PROMPT_LEVEL_STRATEGIES`) runs as the sampler alone (curator None). A strategy
     whose sampler and processors TRL can host (:data:`HOSTED_SAMPLERS`, :data:`HOSTED_PROCESSORS`: DAPO's dynamic
-    sampling, Reinforce-Ada-Seq, alone or after a selector, e.g. ``insight+dapo``) also returns its curator, which
+    sampling, Reinforce-Ada-Seq, SAGE's hints, DRO, alone or after a selector, e.g. ``insight+dapo``) also returns
+    its curator, which
     :class:`CuratedGRPOTrainer` runs around TRL's generation. Anything else is refused here, before the model
     loads, naming the strategy and why."""
     from rlcurate.curation import build_curator
@@ -103,6 +122,11 @@ def hosted_parts(strategy, strategy_kwargs: dict | None = None):
     curator = build_curator(strategy, **kwargs) if isinstance(strategy, str) else strategy
     if not isinstance(curator, Curator):
         return resolve_selector(curator), None  # its own message
+    if curator.selector.needs_trainer:  # e.g. dro_filter, alone or as dro_filter+dro
+        raise ValueError(f"strategy {curator.name!r} cannot run in TRL's GRPOTrainer: its selector "
+                         f"{curator.selector.name!r} needs this package's trainer ({curator.selector.needs_trainer}), "
+                         f"while TRL's sampler draws a step's prompts ahead of the step (the dataloader's look-ahead) "
+                         f"and generates nothing")
     plain = type(curator.sampler) is Sampler and all(type(q) is Processor for q in curator.processors)
     if plain:
         return resolve_selector(curator), None
@@ -111,20 +135,33 @@ def hosted_parts(strategy, strategy_kwargs: dict | None = None):
                if type(part) not in (Sampler, Processor) and type(part).__name__ not in hosted]
     if foreign:
         raise ValueError(f"strategy {curator.name!r} cannot run in TRL's GRPOTrainer: {', '.join(foreign)} needs "
-                         f"this package's trainer (per-prompt rollout counts, token weights or a second scoring "
-                         f"pass, which TRL's fixed-size batches do not carry yet). In TRL: the prompt-level "
+                         f"this package's trainer (per-prompt rollout counts or gradient norms, which TRL's "
+                         f"fixed-size batches do not carry yet). In TRL: the prompt-level "
                          f"strategies ({', '.join(PROMPT_LEVEL_STRATEGIES)}), DAPO's dynamic sampling, "
-                         f"Reinforce-Ada-Seq and SAGE's hints (with the task's own hints), alone or after a "
-                         f"prompt-level one (e.g. 'insight+dapo').")
+                         f"Reinforce-Ada-Seq, SAGE's hints (with the task's own hints) and DRO's R3 reward and token "
+                         f"weights, alone or after a prompt-level one (e.g. 'insight+dapo', 'insight+dro').")
     return resolve_selector(curator.selector), curator
 
 
 def _hosted_classes():
     from rlcurate.curation.ada_seq import AdaSeqDownsample, AdaSeqSampler
     from rlcurate.curation.dapo import DapoFilter, DapoSampler
+    from rlcurate.curation.dro import DROProcessor
     from rlcurate.curation.sage import SageLightSampler, SageSampler
 
-    return (DapoSampler, AdaSeqSampler, SageSampler, SageLightSampler, DapoFilter, AdaSeqDownsample)
+    return (DapoSampler, AdaSeqSampler, SageSampler, SageLightSampler, DapoFilter, AdaSeqDownsample, DROProcessor)
+
+
+def _dro_of(curator):
+    """The curator's DRO processor (chapter 8), or None."""
+    from rlcurate.curation.dro import DROProcessor
+
+    return next((p for p in (curator.processors if curator is not None else []) if isinstance(p, DROProcessor)), None)
+
+
+#: TRL's ``loss_type`` that aggregates as this package's ``loss_agg`` does (:mod:`rlcurate.train.loss`); the others
+#: normalise differently (``bnpo``: per micro-batch) or are other surrogates, and are refused with DRO's token weights.
+LOSS_TYPE_OF = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
 def _problems_of(task, split: str):
@@ -135,13 +172,19 @@ def _problems_of(task, split: str):
 
 
 class _Row:
-    """A completion TRL generated in call ``call`` at global row ``row`` (what a hosted strategy's groups hold)."""
+    """A completion TRL generated in call ``call`` at global row ``row`` (what a hosted strategy's groups hold).
 
-    __slots__ = ("call", "row", "token_ids")
+    Without DRO a row holds no tokens: ``token_ids`` is one placeholder, so that a processor that weights per token
+    (Ada-Seq's class weights) gives one weight per completion. With DRO (which teacher-forces the reference answer
+    after each completion's reasoning) it holds this package's :class:`~rlcurate.rollout.base.Completion` fields:
+    the prompt and completion token ids TRL generated (the EOS token included) and the text as this package decodes
+    it (special tokens kept, the final EOS token dropped)."""
 
-    def __init__(self, call: int, row: int):
+    __slots__ = ("call", "row", "token_ids", "prompt_token_ids", "text")
+
+    def __init__(self, call: int, row: int, token_ids=(0,), prompt_token_ids=(), text: str = ""):
         self.call, self.row = call, row
-        self.token_ids = (0,)  # processors that weight per token read a length; the weight is per completion here
+        self.token_ids, self.prompt_token_ids, self.text = token_ids, prompt_token_ids, text
 
     def __repr__(self):
         return f"_Row({self.call}, {self.row})"
@@ -163,6 +206,7 @@ class _Rounds:
 
         self.t, self.n = trainer, trainer.num_generations
         self.calls: list[tuple[dict, torch.Tensor]] = []  # (TRL's output for this process's rows, global rewards)
+        self.tokens: list[list[tuple[list[int], list[int]]] | None] = []  # per call, (prompt, completion) ids per row
         every = gather_object([int(x[trainer.index_column]) for x in inputs])
         self.first = [int(i) for i in every[::self.n]]
         self.problems = trainer.curation.problems
@@ -177,7 +221,30 @@ class _Rounds:
 
         return SimpleNamespace(step=step, prompts_per_step=prompts_per_step, group_size=self.n,
                                generate=self.generate, more_prompts=self.t.curation.selector.draw, task=self.task,
-                               problems=self.problems, tokenizer=self.tokenizer, render=self.render)
+                               problems=self.problems, tokenizer=self.tokenizer, render=self.render,
+                               sequence_logprobs=self.sequence_logprobs)
+
+    def sequence_logprobs(self, contexts, continuations, token_budget: int | None = None) -> list[np.ndarray]:
+        """log pi(y_j | context, y_<j) under TRL's current model, by this package's own scoring
+        (:func:`rlcurate.policy.scoring.sequence_logprobs`: no gradient, eval mode, temperature 1): DRO's
+        teacher-forced reference answers (chapter 8). Each process scores its share of the pairs and all of them
+        are gathered, so every rank holds the same numbers and takes the same decisions."""
+        from accelerate.utils import gather_object
+
+        from rlcurate.policy.scoring import sequence_logprobs
+
+        t = self.t
+        P, rank = t.accelerator.num_processes, t.accelerator.process_index
+        bounds = [len(contexts) * k // P for k in range(P + 1)]
+        lo, hi = bounds[rank], bounds[rank + 1]
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+        model = t.accelerator.unwrap_model(t.model)
+        mine = (sequence_logprobs(model, contexts[lo:hi], continuations[lo:hi], pad, token_budget or 16384)
+                if hi > lo else [])
+        if P == 1:
+            return mine
+        return [np.asarray(x, dtype=float) for x in gather_object([x.tolist() for x in mine])]
 
     def render(self, index: int, hint: str | None = None, hint_mode: str | None = None) -> str:
         problem = self.problems[index]
@@ -199,7 +266,33 @@ class _Rounds:
             raise NotImplementedError(f"strategy {t.curator.name!r} in TRL handles text batches; this batch also "
                                       f"holds {unknown}")
         self.calls.append((out, t._scored[1]))
+        self.tokens.append(self._row_tokens(out) if t._dro is not None else None)
         return len(self.calls) - 1
+
+    def _row_tokens(self, out: dict) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, completion ids) of every global row of a call (gathered): the completion up to and with
+        its EOS token (TRL's completion mask; a truncated row masked by ``mask_truncated_completions`` keeps its
+        tokens up to the padding)."""
+        from accelerate.utils import gather_object
+
+        pad = self.t._tokenizer.pad_token_id
+        rows = []
+        for p, pm, c, cm in zip(out["prompt_ids"], out["prompt_mask"], out["completion_ids"], out["completion_mask"]):
+            ids = c[cm.bool()].tolist()
+            if not ids:
+                ids = c.tolist()
+                while ids and ids[-1] == pad:
+                    ids.pop()
+            rows.append((p[pm.bool()].tolist(), ids))
+        return gather_object(rows) if self.t.accelerator.num_processes > 1 else rows
+
+    def _row(self, call: int, row: int) -> _Row:
+        if self.tokens[call] is None:
+            return _Row(call, row)
+        prompt_ids, ids = self.tokens[call][row]
+        eos = set(int(e) for e in self.t.eos_token_ids)
+        text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] in eos else ids, skip_special_tokens=False)
+        return _Row(call, row, tuple(ids), tuple(prompt_ids), text)
 
     def _generate_groups(self, prompts: list[int], texts: list[str | None], levels: list[int]) -> tuple[int, list[int]]:
         """Generate one group of each of ``prompts`` (``texts[k]``: its hinted prompt, None for the dataset's),
@@ -237,7 +330,7 @@ class _Rounds:
                                              [levels[a] for a in order])
         refs: list[list[_Row]] = [[] for _ in indices]
         for a, start in zip(order, starts):
-            refs[a] += [_Row(call, start + j) for j in range(n)]
+            refs[a] += [self._row(call, start + j) for j in range(n)]
         groups = []
         for a, i in enumerate(indices):
             r = np.array([float(self.calls[x.call][1][x.row]) for x in refs[a]])
@@ -251,23 +344,37 @@ class _Rounds:
         """A row to stand in where a group is short (its completion mask is zeroed)."""
         return _Row(0, 0)
 
-    def deal(self, slots: list[tuple[_Row, float, bool]]) -> dict:
+    def deal(self, slots: list[tuple[_Row, float, bool, np.ndarray | None]]) -> dict:
         """The training batch: ``slots`` in order, ``len(inputs)`` per process. Each process sends the slots whose
         rows it generated (with the advantage set and, where masked, the completion mask zeroed), every process
-        takes its own share, prompts left-padded and completions right-padded to the widest."""
+        takes its own share, prompts left-padded and completions right-padded to the widest.
+
+        A slot's fourth entry holds per-token loss weights (DRO's, chapter 8); when any slot has them, every row's
+        advantage is a row of the completion's width, A * w_t at token t (1 past the weights: the padding, which
+        the mask drops), and TRL's loss takes advantages of shape (B, T) as they are: for w_t >= 0 its
+        -min(rho_t A w_t, clip(rho_t) A w_t) is w_t times its per-token loss, as this package's loss weights it
+        (:func:`rlcurate.train.loss.policy_loss`), and the KL term stays unweighted there as here."""
         from accelerate.utils import gather_object
 
         t = self.t
         P, rank = t.accelerator.num_processes, t.accelerator.process_index
+        per_token = any(slot[3] is not None for slot in slots)
         mine = []
-        for pos, (ref, adv, masked) in enumerate(slots):
+        for pos, (ref, adv, masked, tw) in enumerate(slots):
             out, rewards = self.calls[ref.call]
             local = rewards.numel() // P
             if ref.row // local != rank:
                 continue
             row = {key: v[ref.row % local].detach().cpu() for key, v in out.items()
                    if isinstance(v, torch.Tensor) and v.ndim > 0}
-            row["advantages"] = torch.tensor(adv, dtype=row["advantages"].dtype)
+            dtype = row["advantages"].dtype
+            if per_token:
+                w = np.ones(row["completion_ids"].shape[0])
+                if tw is not None:
+                    w[:len(tw)] = np.asarray(tw, dtype=float)[:w.size]
+                row["advantages"] = torch.tensor(adv * w, dtype=dtype)
+            else:
+                row["advantages"] = torch.tensor(adv, dtype=dtype)
             if masked:
                 for key in ("completion_mask", "tool_mask"):
                     if key in row:
@@ -366,7 +473,8 @@ class CuratedGRPOTrainer(GRPOTrainer):
     Args:
         strategy: a prompt-level strategy name (``insight``, ``mopps``, ``expected_difficulty``,
             ``inverse_evidence``, ``prefilter``, ``uniform``), DAPO's dynamic sampling alone or after one of them
-            (``dapo``, ``insight+dapo``), a ``Selector`` or a ``Curator`` (see :func:`hosted_parts`).
+            (``dapo``, ``insight+dapo``), Ada-Seq, SAGE, DRO (``dro``, ``insight+dro``), a ``Selector`` or a
+            ``Curator`` (see :func:`hosted_parts`).
         strategy_kwargs: its keyword arguments (with a name).
         index_column: dataset column holding each row's position (added when missing; reward
             functions receive it as a keyword argument like any other column).
@@ -388,6 +496,7 @@ class CuratedGRPOTrainer(GRPOTrainer):
         kwargs["train_dataset"] = _with_columns(train_dataset, index_column)
         self.index_column = index_column
         selector, self.curator = hosted_parts(strategy, strategy_kwargs)  # refused before the model loads
+        self._dro = _dro_of(self.curator)
         self.task = task
         if self.curator is not None:
             from trl import GRPOConfig
@@ -463,6 +572,18 @@ class CuratedGRPOTrainer(GRPOTrainer):
             if uid_column not in getattr(dataset, "column_names", ()) or not isinstance(dataset[0]["prompt"], str):
                 raise ValueError(f"strategy {name!r} in TRL needs a dataset of text prompts rendered by the task "
                                  f"(task.render) with the problems' uids in column {uid_column!r}")
+        dro = self._dro
+        if dro is not None:  # DRO teacher-forces each problem's reference answer after each completion's reasoning
+            name = self.curator.name
+            if self.task is None or uid_column not in getattr(dataset, "column_names", ()):
+                raise ValueError(f"strategy {name!r} in TRL needs task= (an rlcurate task: the reference answer as it "
+                                 f"writes it, its answer delimiter) and the problems' uids in column {uid_column!r}")
+            loss, level = args.loss_type, args.importance_sampling_level
+            if dro.use_as in ("token_weights", "both") and (loss not in LOSS_TYPE_OF.values() or level != "token"):
+                raise ValueError(f"strategy {name!r} in TRL weights TRL's per-token loss as this package's loss does "
+                                 f"only for loss_type 'dapo' (token-mean), 'grpo' (seq-mean-token-mean) or 'dr_grpo' "
+                                 f"(seq-mean-token-sum-norm) with importance_sampling_level 'token'; got "
+                                 f"loss_type={loss!r}, importance_sampling_level={level!r}")
         scale, aggregation = args.scale_rewards, args.multi_objective_aggregation
         if scale not in ("group", "none") or aggregation != "sum_then_normalize":
             raise ValueError(f"strategy {self.curator.name!r} in TRL needs advantages computed within each group "
@@ -488,15 +609,23 @@ class CuratedGRPOTrainer(GRPOTrainer):
         for part in [self.curator.sampler, *self.curator.processors]:  # SAGE-LIGHT's levels, as this package's step
             part.observe(ctx, kept)
         kind = "grpo" if self.scale_rewards == "group" else "drgrpo"
-        slots = []  # (row, advantage, masked), in training order
+        per_token = self._dro is not None and self._dro.use_as in ("token_weights", "both")
+        slots = []  # (row, advantage, masked, per-token weights or None), in training order
         for g in kept[:B]:
             adv = group_advantages(g, kind, eps=1e-4)
-            scale = [1.0 if g.token_weights is None else float(np.mean(g.token_weights[j]) if len(g.token_weights[j]) else 0.0)
-                     for j in range(g.size)]
-            slots += [(row, float(a) * f, False) for row, a, f in zip(g.completions, adv, scale)]
-            slots += [(g.completions[0] if g.completions else host.spare(), 0.0, True)] * (self.num_generations - g.size)
+            if per_token:  # the rows hold their tokens: DRO's weights (times any sampler's) per token
+                tws = [None if g.token_weights is None else np.asarray(g.token_weights[j], dtype=float)
+                       for j in range(g.size)]
+                slots += [(row, float(a), False, tw) for row, a, tw in zip(g.completions, adv, tws)]
+            else:  # one placeholder token per row: a processor's weight is per completion (Ada-Seq's class weights)
+                scale = [1.0 if g.token_weights is None
+                         else float(np.mean(g.token_weights[j]) if len(g.token_weights[j]) else 0.0)
+                         for j in range(g.size)]
+                slots += [(row, float(a) * f, False, None) for row, a, f in zip(g.completions, adv, scale)]
+            short = self.num_generations - g.size
+            slots += [(g.completions[0] if g.completions else host.spare(), 0.0, True, None)] * short
         filled = B - min(len(kept), B)
-        slots += [(host.spare(), 0.0, True)] * (filled * self.num_generations)
+        slots += [(host.spare(), 0.0, True, None)] * (filled * self.num_generations)
         self.step_log.append({"generated": [(g.index, g.size) for g in groups], "kept": [g.index for g in kept[:B]],
                               "hint_levels": [g.hint_level for g in kept[:B]], "filled_groups": filled,
                               "calls": len(host.calls)})
