@@ -629,12 +629,47 @@ def test_sage_light_in_trl_on_two_processes_keeps_one_schedule(two_processes, ti
     assert ours.sampler.state_dict() == r0["state"]
 
 
+_DRO_WORKER = r'''
+# 6 rows per process, groups of 4: the second prompt's group spans the two processes. Each rank rebuilds this
+# package's DRO on the gathered completions and the model it had (T._dro_in_trl) and checks its own share of the
+# training batch against it.
+import numpy as np
+tr, steps = T._dro_in_trl(out / "dro", sys.argv[1], "dro", {"use_as": "both"}, loss_type="dapo",
+                          per_device_train_batch_size=6, ddp_backend="gloo")
+rank, share = tr.accelerator.process_index, 6
+diff, weighted, rows = 0.0, 0, 0
+for (kept, advantages, model), batch in zip(steps, tr.batches):
+    expected = T._per_token_advantages(kept, advantages)[rank * share:(rank + 1) * share]
+    comps = [c for g in kept for c in g.completions][rank * share:(rank + 1) * share]
+    for r, (e, c) in enumerate(zip(expected, comps)):
+        n = len(c.token_ids)
+        assert batch["completion_ids"][r, :n].tolist() == list(c.token_ids)
+        diff = max(diff, float(abs(batch["advantages"][r, :n].numpy() - e).max()))
+        rows += 1
+    weighted += sum(int((np.asarray(w) != 1).any() and a != 0)  # a weighted token with a gradient, in all rows
+                    for g, adv in zip(kept, advantages) for w, a in zip(g.token_weights, adv))
+(out / f"dro_rank{os.environ['RANK']}.json").write_text(json.dumps({
+    "log": tr.step_log, "world": tr.accelerator.num_processes, "diff": diff, "weighted": weighted, "rows": rows}))
+'''
+
+
+@pytest.mark.slow
+def test_dro_in_trl_on_two_processes_weights_the_tokens_as_this_packages_dro(two_processes):
+    """DRO's scoring pass and the completions' token ids are gathered across processes: on two ranks, with a group
+    that spans them, both take the same decisions and each trains its share of the rows with this package's A w."""
+    r0, r1 = (json.loads((two_processes / f"dro_rank{k}.json").read_text()) for k in (0, 1))
+    assert r0["world"] == 2 and r0["log"] == r1["log"]
+    assert r0["rows"] == r1["rows"] == 12  # 6 rows a rank, two steps
+    assert r0["diff"] < 1e-6 and r1["diff"] < 1e-6
+    assert r0["weighted"] == r1["weighted"] > 0  # some completions' answer spans are weighted (seen alike by both)
+
+
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory, tiny_checkpoint):
-    """One torchrun launch (two CPU processes, gloo) that trains INSIGHT, DAPO and SAGE-LIGHT in turn and leaves
-    each rank's record in the folder it returns (one launch: the processes' start-up is paid once)."""
+    """One torchrun launch (two CPU processes, gloo) that trains INSIGHT, DAPO, SAGE-LIGHT and DRO in turn and
+    leaves each rank's record in the folder it returns (one launch: the processes' start-up is paid once)."""
     folder = tmp_path_factory.mktemp("two_processes")
-    _torchrun(folder, _WORKER + _DAPO_WORKER + _SAGE_WORKER, tiny_checkpoint)
+    _torchrun(folder, _WORKER + _DAPO_WORKER + _SAGE_WORKER + _DRO_WORKER, tiny_checkpoint)
     return folder
 
 
@@ -665,8 +700,12 @@ class DroRecording(Recording):
 
     def _generate(self, prompts):
         out = super()._generate(prompts)
-        if self.model.training:
-            self.generated.append(([list(p) for p in out[0]], [list(c) for c in out[1]]))
+        if self.model.training:  # every process's rows, in rank order (as TRL gathers the rewards)
+            from accelerate.utils import gather_object
+
+            rows = [(list(p), list(c)) for p, c in zip(out[0], out[1])]
+            rows = gather_object(rows) if self.accelerator.num_processes > 1 else rows
+            self.generated.append(([p for p, _ in rows], [c for _, c in rows]))
         return out
 
     def _generate_and_score_completions(self, inputs):
