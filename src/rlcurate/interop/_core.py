@@ -58,7 +58,9 @@ def resolve_selector(strategy: str | Selector | Curator, **kwargs) -> Selector:
             raise ValueError(
                 f"strategy {curator.name!r} acts on responses ({', '.join(parts)}), not only on which prompts "
                 f"are drawn; a sampler cannot run it. Prompt-level strategies: {', '.join(PROMPT_LEVEL_STRATEGIES)}. "
-                "The response-level ones need trainer hooks (appendix A2, 'Scaling out with verl').")
+                "The response-level ones run around the trainer's generation where it can host them: in TRL "
+                "rlcurate.interop.trl.CuratedGRPOTrainer(strategy=...), around verl 0.7's rollout manager "
+                "rlcurate.interop.verl_rollout.CuratedRollout (appendix A2, 'Scaling out with verl').")
         selector = curator.selector
     if selector.needs_trainer:
         raise ValueError(f"strategy {selector.name!r} cannot run in another trainer's sampler: {selector.needs_trainer}. "
