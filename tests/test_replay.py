@@ -54,6 +54,10 @@ COVERED_BY_OTHERS |= {f"smollm2_long/{arm}_s0" for arm in ("uniform", "uniform_a
 # SmolLM2 fixture's one replayed step (selection, sampling rounds, hints; no update for these arms) does not reach:
 # smollm2_revisit's fixtures (combined, combined_failures) replay them
 COVERED_BY_OTHERS |= {f"smollm2_revisit_tuned/{arm}_s0" for arm in ("insight", "combined", "combined_failures")}
+# the precise re-measurement trains as smollm2_revisit (uniform, A/A) and smollm2_revisit_tuned (the rest) do and draws
+# more samples per evaluation prompt, which the replayed steps do not reach: their fixtures replay it
+COVERED_BY_OTHERS |= {f"smollm2_revisit_precise/{arm}_s0" for arm in ("uniform", "uniform_aa", "insight", "combined",
+                                                                    "combined_failures")}
 
 
 def replay_steps(fixture: dict) -> int:
