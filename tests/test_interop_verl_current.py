@@ -94,6 +94,38 @@ def test_dapo_verls_filter_and_this_packages_keep_the_same_groups_but_two_kinds(
                                         "0.699999988079071": 1}
 
 
+def test_sage_light_in_verl_hints_the_prompts_this_packages_sage_light_hints(probe):
+    """verl's ``step`` fetches the prompts, the trainer's ``_next_train_batch`` writes SAGE-LIGHT's hinted
+    raw_prompts, a stand-in agent loop rewards each response by what its prompt says (a hint raises the pass
+    rate), and ``_step_once`` observes. Against this package's selector and SageLightSampler fed the same
+    rewards: the same prompts (hinted chat turns included) reach the agent loop, at the same levels, and both
+    end in the same state, over ten steps, with verl fetching four prompts at a time and one at a time."""
+    hints = probe["hints"]
+    for mode, loader_batch in (("uniform", 4), ("insight_dapo_fetch", 1)):
+        h = hints[mode]
+        assert h["sampler"] == "HintedCurationSampler" and h["loader_batch"] == loader_batch, mode
+        assert h["same_prompts"], mode  # (prompt id, raw_prompt) per step, in order
+        assert h["levels"] == h["ref_levels"] and len(h["levels"]) == 10, mode
+        assert h["hinted_prompts"] >= 10 and any(2 in step for step in h["levels"]), (mode, h["levels"])  # levels rise
+        assert h["schedule_equal"] and h["selection_equal"] and h["observed"] == 10, mode
+        assert h["uids_left"] == 0, mode  # every submitted prompt's level was used and forgotten
+        counts = [[step.get(f"rlcurate/sage_rolled_level{lv}") for lv in range(4)] for step in h["metrics"]]
+        assert counts == [[step.count(lv) for lv in range(4)] for step in h["levels"]], mode
+        assert h["state_has_hints"] and h["restored"], mode  # the schedule travels in data.pt
+    # INSIGHT takes no evidence from hinted groups: its trials are exactly the unhinted responses
+    ev = hints["insight_dapo_fetch"]["hinted_evidence"]
+    assert ev["trials_equal_unhinted"] and ev["hinted_responses"] > 0
+
+
+def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(probe):
+    refused = probe["hints"]["refused"]
+    assert "sync trainer submits each prompt to its agent loop once; use sage_light" in refused["sage"]
+    assert "needs task=" in refused["no_task"]
+    assert "hint_mode 'prefix' writes into the assistant turn" in refused["prefix"]
+    assert "row 0 of the training set" in refused["not_task_prompts"] and "task.messages(problem)" in refused["not_task_prompts"]
+    assert "has no extra_info['uid']" in refused["unknown_uid"]
+
+
 def test_verl_v1_module_names_the_version_it_needs():
     """In this environment (verl 0.7.1, no TransferQueue) the module refuses to import, saying why."""
     with pytest.raises(ImportError, match=r"needs verl >= 0.8 .* tested with verl 0.9.1"):

@@ -6,7 +6,8 @@ Started by ``tests/test_interop_verl_current.py`` in a subprocess whose ``PYTHON
 What is verl's own code here: the trainer registry, the config (verl's generated ``ppo_trainer``
 defaults), ``PPOTrainer._init_dataloader`` (``RLHFDataset`` on a parquet file, ``collate_fn``,
 ``StatefulDataLoader``), ``step`` with its ``prepare_step`` / ``_next_train_batch`` (dataloader fetch, uids),
-``list_of_dict_to_tensordict`` (how the agent loop packs trajectories), and the replay buffer's DAPO filter.
+``list_of_dict_to_tensordict`` (how the agent loop packs trajectories), ``assign_non_tensor_stack`` (the hinted
+``raw_prompt`` as the agent loop reads it), and the replay buffer's DAPO filter.
 Stubbed: TransferQueue (a dict behind ``kv_batch_get`` / ``kv_batch_put``), the rollout (a known pass
 rate per prompt) and the part of ``_step_once`` that needs GPU workers (it returns the step's trajectories).
 """
@@ -266,11 +267,167 @@ def check_dapo(out: dict) -> None:
                    "verl_evicted_values": {str(k): v for k, v in counts.items()}}
 
 
+# SAGE-LIGHT's hints: a pool of hinted arithmetic problems, INSIGHT choosing, rewards a fixed function of the draw
+HINT_POOL, HINT_STEPS = 8, 10
+HINT_TASK = {"name": "arithmetic", "kwargs": {"style": "chat", "levels": ["add2", "mul2x1"], "n_train": HINT_POOL,
+                                              "n_test": 4}}
+
+
+def hint_reward(step: int, index: int, hinted: bool, session: int) -> float:
+    """A response's reward: a fixed function of the prompt it was drawn for (whoever draws it); a hint raises
+    the pass rate."""
+    rate = min(1.0, (index * 37 % 100) / 300 + 0.4 * hinted)
+    return float(np.random.default_rng([step, index, int(hinted), session]).random() < rate)
+
+
+def hint_parquet(folder: str, task, prompt=None) -> str:
+    import datasets
+
+    rows = [{"data_source": "arith", "prompt": (prompt or task.messages)(q), "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": q.answer},
+             "extra_info": {"index": 500 + 3 * i, "uid": q.uid, "split": "train"}}
+            for i, q in enumerate(task.problems("train"))]
+    path = os.path.join(folder, f"hinted{len(os.listdir(folder))}.parquet")
+    datasets.Dataset.from_list(rows).to_parquet(path)
+    return path
+
+
+def _hinted_evidence(sampler, seen, levels) -> dict:
+    """INSIGHT's trials per prompt against its unhinted responses: hinted groups are no evidence (chapter 10)."""
+    beliefs = getattr(sampler.selection.selector, "beliefs", None)
+    if beliefs is None:
+        return {}
+    unhinted = np.zeros(beliefs.alpha.size)
+    for step, lv in zip(seen, levels):
+        for (i, _), level in zip(step, lv):
+            unhinted[sampler.positions([i])[0]] += N_RESP * (level == 0)
+    return {"trials_equal_unhinted": bool(np.array_equal(beliefs.alpha + beliefs.beta - 2, unhinted)),
+            "hinted_responses": int(N_RESP * sum(lv > 0 for step in levels for lv in step))}
+
+
+def check_hints(out: dict, parquet: str, tokenizer) -> None:
+    """verl's ``step`` fetches, hints and observes; the levels, the hinted raw_prompts, the draws and the beliefs
+    must equal this package's SAGE-LIGHT and INSIGHT fed the same rewards."""
+    import transfer_queue as tq
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    import rlcurate.interop.verl_v1 as v1
+    from rlcurate.curation import build_curator
+    from rlcurate.curation.base import Group
+    from rlcurate.interop.verl import CurationSampler
+    from rlcurate.tasks import get_task
+
+    task = get_task(HINT_TASK["name"], **HINT_TASK["kwargs"])
+    problems = task.problems("train")
+    folder = os.path.dirname(parquet)
+    hinted = hint_parquet(folder, task)
+    hints = {"strategy": "sage_light", "strategy_kwargs": {"hint_mode": "user"}, "task": HINT_TASK["name"],
+             "task_kwargs": HINT_TASK["kwargs"]}
+    res = {}
+    # uniform draws revisit every prompt each epoch (4 steps); INSIGHT, with verl fetching one prompt at a time
+    # (as under DAPO), revisits the prompts it finds informative
+    for mode, changes in (("uniform", {"data.sampler.strategy": "uniform", "data.sampler.strategy_kwargs": {}}),
+                          ("insight_dapo_fetch", {"algorithm.filter_groups.enable": True})):
+        store = Store()
+        tq.kv_batch_put, tq.kv_batch_get = store.kv_batch_put, store.kv_batch_get
+        cfg = verl_config(hinted, **{"data.sampler.hints": hints, **changes})
+        trainer = bare_trainer(v1.CuratedPPOTrainer, cfg, tokenizer)
+        trainer._init_dataloader()
+        trainer.global_steps = 1
+        seen = []  # per step: (prompt id, raw_prompt) as the agent loop receives them
+
+        class Rollout:
+            def generate_sequences(self, batch):
+                from verl.trainer.ppo.v1.agent_loop_tq import NonTensorStack
+
+                raw = batch.get("raw_prompt")
+                assert isinstance(raw, NonTensorStack), type(raw)  # the agent loop reads v[i].data
+                ids = [int(i) for i in batch["index"]]
+                prompts = [raw[k].data for k in range(len(ids))]
+                seen.append(list(zip(ids, prompts)))
+                keys, tags = [], []
+                for uid, idx, messages in zip(list(batch["uid"]), ids, prompts):
+                    pos = (idx - 500) // 3
+                    hinted = messages != task.messages(problems[pos])
+                    for s in range(N_RESP):
+                        keys.append(f"{uid}_{s}_0")
+                        tags.append({"status": "success", "seq_len": 2})
+                        store.rows[keys[-1]] = {"index": idx, "rm_scores": torch.tensor(
+                            [0.0, hint_reward(trainer.global_steps, pos, hinted, s)])}
+                self.batch = KVBatchMeta(partition_id="train", keys=keys[::-1], tags=tags[::-1])
+
+        trainer.agent_loop_manager = rollout = Rollout()
+        PPOTrainer._step_once = lambda self, metrics, timing_raw, size: rollout.batch
+        metrics, levels = [], []
+        for _ in range(HINT_STEPS):
+            m = {}
+            trainer.step(m, {})
+            metrics.append({k: v for k, v in m.items() if k.startswith("rlcurate/sage")})
+            levels.append(list(trainer.train_dataloader.sampler.hints.step_levels))
+            trainer.global_steps += 1
+        mine = trainer.train_dataloader.sampler
+
+        # this package's INSIGHT and SAGE-LIGHT on the same rewards
+        ref = CurationSampler(trainer.train_dataset, trainer.config.data, batch_size=BATCH)
+        sage = build_curator("sage_light", hint_mode="user").sampler
+        ref_seen, ref_levels = [], []
+        for step in range(1, HINT_STEPS + 1):
+            positions = ref.selection.select(BATCH)
+
+            def generate(indices, m, hints=None, hint_levels=None, hint_mode=None):
+                return [Group(index=i, problem=problems[i], prompt=h or "", completions=[None] * m,
+                              rewards=np.asarray([hint_reward(step, i, lv > 0, s) for s in range(m)]), hint_level=lv)
+                        for i, h, lv in zip(indices, hints, hint_levels)]
+
+            from types import SimpleNamespace
+
+            ctx = SimpleNamespace(step=step, prompts_per_step=BATCH, group_size=N_RESP, generate=generate, task=task,
+                                  problems=problems, tokenizer=None, render=None)
+            groups = sage.rollout(ctx, positions)
+            ref_seen.append([(500 + 3 * g.index, task.messages(problems[g.index], g.prompt or None)) for g in groups])
+            ref_levels.append([g.hint_level for g in groups])
+            ref.observe([500 + 3 * g.index for g in groups for _ in range(N_RESP)],
+                        np.concatenate([g.rewards for g in groups]),
+                        [g.hint_level for g in groups for _ in range(N_RESP)])
+            sage.observe(ctx, groups)
+        # a checkpoint of the dataloader holds the schedule; a new trainer restored from it has the same
+        state = json.loads(json.dumps(trainer.train_dataloader.state_dict(), default=str))
+        again = bare_trainer(v1.CuratedPPOTrainer, cfg, tokenizer)
+        again._init_dataloader()
+        again.train_dataloader.load_state_dict(trainer.train_dataloader.state_dict())
+        iter(again.train_dataloader)  # torchdata hands a restored state to the sampler when iterated
+        res[mode] = {"sampler": type(mine).__name__, "loader_batch": trainer.train_dataloader.batch_size,
+                     "same_prompts": seen == ref_seen, "levels": levels, "ref_levels": ref_levels,
+                     "hinted_prompts": sum(lv > 0 for step in levels for lv in step),
+                     "selection_equal": json.dumps(mine.selection.state_dict(), default=str)
+                     == json.dumps(ref.selection.state_dict(), default=str), "observed": mine.selection.observed,
+                     "hinted_evidence": _hinted_evidence(mine, ref_seen, ref_levels),
+                     "schedule_equal": mine.hints.state_dict() == sage.state_dict(),
+                     "uids_left": len(mine.hints.level_of), "metrics": metrics,
+                     "state_has_hints": '"hints"' in json.dumps(state),
+                     "restored": again.train_dataloader.sampler.hints.state_dict() == mine.hints.state_dict()}
+
+    refused = {}
+    cases = {"sage": ({**hints, "strategy": "sage"}, hinted), "no_task": ({k: v for k, v in hints.items() if k != "task"}, hinted),
+             "prefix": ({**hints, "strategy_kwargs": {"hint_mode": "prefix"}}, hinted),
+             "not_task_prompts": (hints, hint_parquet(folder, task, lambda q: [{"role": "user", "content": q.question}])),
+             "unknown_uid": (hints, parquet)}
+    for name, (h, data) in cases.items():
+        try:
+            bare_trainer(v1.CuratedPPOTrainer, verl_config(data, **{"data.sampler.hints": h}), tokenizer)._init_dataloader()
+            refused[name] = ""
+        except ValueError as exc:
+            refused[name] = str(exc)
+    res["refused"] = refused
+    out["hints"] = res
+
+
 def main() -> None:
     from rlcurate.models.tiny import build_tiny_tokenizer
 
     out: dict = {}
-    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo"]
+    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "hints"]
     with tempfile.TemporaryDirectory() as folder:
         parquet = make_parquet(folder)
         tokenizer = build_tiny_tokenizer()

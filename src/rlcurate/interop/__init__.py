@@ -12,7 +12,7 @@
                                        and SAGE around verl 0.7.1's rollout manager
 :mod:`rlcurate.interop.verl_v1`        :class:`~rlcurate.interop.verl_v1.CuratedPPOTrainer`, verl's v1
                                        trainer registered as ``rlcurate_curated`` with that sampler
-                                       (verl 0.8 and later; tested on 0.9.1)
+                                       and SAGE-LIGHT's hints (verl 0.8 and later; tested on 0.9.1)
 :class:`PromptSelection`               the adapter both share: a strategy's ``select`` and ``observe``
                                        driven by another trainer, with checkpointable state
 =====================================  ==================================================================

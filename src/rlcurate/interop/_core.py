@@ -26,7 +26,7 @@ import numpy as np
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
 from rlcurate.tasks.base import Problem
 
-__all__ = ["PromptSelection", "resolve_selector", "PROMPT_LEVEL_STRATEGIES"]
+__all__ = ["PromptSelection", "resolve_selector", "problems_by_uid", "PROMPT_LEVEL_STRATEGIES"]
 
 PROMPT_LEVEL_STRATEGIES = ("insight", "mopps", "expected_difficulty", "inverse_evidence", "prefilter", "uniform")
 
@@ -72,6 +72,23 @@ def resolve_selector(strategy: str | Selector | Curator, **kwargs) -> Selector:
         if selector.reaudit_every:
             raise ValueError("reaudit_every needs rollouts inside the trainer; use 0 with a sampler")
     return selector
+
+
+def problems_by_uid(task, uids: Sequence[str], where: str) -> list[Problem]:
+    """The task's problem of each uid, looked up over its train, validation and test splits (SAGE's hints and
+    DRO's reference answers in another trainer's dataset). Raises ``ValueError`` naming the first uid the task
+    does not have; ``where`` says where the uids came from."""
+    by_uid = {}
+    for split in ("train", "validation", "test"):
+        try:
+            by_uid.update((p.uid, p) for p in task.problems(split))
+        except (ValueError, KeyError):  # a task without this split
+            continue
+    missing = [u for u in uids if str(u) not in by_uid]
+    if missing:
+        raise ValueError(f"{where}: uid {missing[0]!r} ({len(missing)} of {len(uids)} missing) is not a problem of task "
+                         f"{getattr(task, 'name', type(task).__name__)!r} (its splits hold {len(by_uid)} problems)")
+    return [by_uid[str(u)] for u in uids]
 
 
 class _Engine:

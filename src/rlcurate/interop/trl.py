@@ -92,7 +92,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from rlcurate.interop._core import PROMPT_LEVEL_STRATEGIES, PromptSelection, resolve_selector
+from rlcurate.interop._core import PROMPT_LEVEL_STRATEGIES, PromptSelection, problems_by_uid, resolve_selector
 
 __all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts",
            "LOSS_TYPE_OF"]
@@ -162,13 +162,6 @@ def _dro_of(curator):
 #: TRL's ``loss_type`` that aggregates as this package's ``loss_agg`` does (:mod:`rlcurate.train.loss`); the others
 #: normalise differently (``bnpo``: per micro-batch) or are other surrogates, and are refused with DRO's token weights.
 LOSS_TYPE_OF = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-
-
-def _problems_of(task, split: str):
-    try:
-        return task.problems(split)
-    except (ValueError, KeyError):
-        return []
 
 
 class _Row:
@@ -511,8 +504,7 @@ class CuratedGRPOTrainer(GRPOTrainer):
         uids = ds[uid_column] if uid_column in ds.column_names else None
         problems = None
         if task is not None and uids is not None:
-            by_uid = {p.uid: p for split in ("train", "validation", "test") for p in _problems_of(task, split)}
-            problems = [by_uid[u] for u in uids]
+            problems = problems_by_uid(task, uids, f"the training dataset's column {uid_column!r}")
         self.curation = PromptSelection(selector, len(ds), group_size=self.num_generations, seed=self.args.seed,
                                         uids=uids, problems=problems)
         self._scored: tuple[list[int], torch.Tensor] | None = None  # the latest generation's (indices, rewards)

@@ -24,6 +24,18 @@ trainer (``PPOTrainerSync``, the default mode ``sync``) that changes two things:
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
 ``prepare_step``), after this observation: selection does not lag.
 
+SAGE-LIGHT's hints (chapter 7), with ``data.sampler.hints`` set: every prompt verl fetches passes through
+``_next_train_batch``, where SAGE-LIGHT's own sampler (:class:`~rlcurate.curation.sage.SageLightSampler`) gives it
+the hint level scheduled from its previous visit; a prompt at a level > 0 gets as its ``raw_prompt`` the task's
+chat turns with the hint in the user turn (``task.messages(problem, hint)``; verl's agent loop applies the chat
+template), and verl generates and trains on it, as SAGE-LIGHT does. The level of each prompt is kept by its uid
+(the first part of every trajectory key), so ``_step_once`` passes each response's level to the selector
+(INSIGHT takes no evidence from hinted groups, as in this package's trainer) and each group's accuracy to the
+schedule. The schedule is saved with the sampler's state in ``data.pt``. The problems are found by their uids
+(``extra_info[hints.uid_key]``, default ``uid``) in the task's splits, when the trainer is built. Full SAGE is
+refused: it re-rolls a prompt whose group is all wrong at the next level within the step, and the sync trainer
+submits each prompt to its agent loop once.
+
 Not hosted: with ``algorithm.filter_groups`` on, verl's replay buffer clears the groups it filters from
 TransferQueue before the step, so the sampler observes only the groups trained on (rlcurate's own
 ``insight+dapo`` observes every generated group). ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
@@ -36,6 +48,10 @@ Selecting the trainer::
         trainer.v1.trainer_mode=rlcurate_curated data.dataloader_num_workers=0 \\
         +data.sampler.strategy=insight '+data.sampler.strategy_kwargs={mu: 0.3}' +data.sampler.group_size=8 ...
 
+With SAGE-LIGHT's hints (INSIGHT choosing the prompts, or ``strategy=uniform``)::
+
+    ... '+data.sampler.hints={strategy: sage_light, strategy_kwargs: {hint_mode: user}, task: gsm8k}'
+
 ``VERL_USE_EXTERNAL_MODULES`` makes ``import verl`` import this module in every process, the Ray actor
 that runs the trainer included, so the name is registered where ``get_trainer_cls`` looks it up.
 Tested with verl 0.9.1 (``tests/test_interop_verl_current.py``).
@@ -43,28 +59,171 @@ Tested with verl 0.9.1 (``tests/test_interop_verl_current.py``).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
+
 try:
     import transfer_queue as tq
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.trainer.ppo.v1.trainer_base import register_trainer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from verl.utils import tensordict_utils as tu
 except ImportError as exc:
     raise ImportError(
         "rlcurate.interop.verl_v1 needs verl >= 0.8 with its v1 trainer (verl.trainer.ppo.v1) and TransferQueue; "
         "tested with verl 0.9.1. With verl 0.5 to 0.7.1 use rlcurate.interop.verl, the curriculum sampler "
         f"(appendix A2). Import failed: {exc}") from exc
 
-from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, CurationSampler
+from rlcurate.interop._core import problems_by_uid
+from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, CurationSampler, _get, _plain
 
-__all__ = ["CuratedPPOTrainer", "TRAINER_NAME", "curated_dataloader", "trained_responses", "observe_step"]
+__all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
+           "trained_responses", "observe_step"]
 
 TRAINER_NAME = "rlcurate_curated"
 
 
+class HintSchedule:
+    """SAGE-LIGHT's hints (chapter 7) for the prompts verl 0.9's trainer fetches (module docstring).
+
+    Built from ``data.sampler.hints``: ``strategy`` (``sage_light``), ``strategy_kwargs``, ``task`` and
+    ``task_kwargs`` (an rlcurate task with its own hints, :func:`rlcurate.tasks.get_task`), ``uid_key`` (the
+    ``extra_info`` key holding each row's problem uid; default ``uid``). Keys are pool positions, as the
+    selector's.
+    """
+
+    def __init__(self, sampler, task, problems: list):
+        self.sampler, self.task, self.problems = sampler, task, problems
+        self.level_of: dict[str, int] = {}  # uid of a submitted prompt -> its hint level, until observed
+        self.step, self.step_levels = None, []  # the levels of the prompts fetched for the current step
+
+    @classmethod
+    def from_config(cls, data_source, data_config) -> "HintSchedule | None":
+        """The schedule ``data.sampler.hints`` asks for, or None; refuses (``ValueError``) what cannot run."""
+        cfg = _plain(_get(_get(data_config, "sampler", {}), "hints", None))
+        if not cfg:
+            return None
+        from rlcurate.curation import build_curator
+        from rlcurate.curation.base import Processor, Selector
+        from rlcurate.curation.sage import SageLightSampler
+        from rlcurate.tasks import get_task
+
+        strategy = cfg.get("strategy", "sage_light")
+        if strategy == "sage":
+            raise ValueError(f"{TRAINER_NAME}: data.sampler.hints.strategy=sage re-rolls an all-wrong group at the "
+                             "next hint level within the step, and verl's sync trainer submits each prompt to its "
+                             "agent loop once; use sage_light (the level comes from the prompt's previous visit)")
+        curator = build_curator(strategy, **(cfg.get("strategy_kwargs") or {}))
+        sampler = curator.sampler
+        if (not isinstance(sampler, SageLightSampler) or type(curator.selector) is not Selector
+                or any(type(p) is not Processor for p in curator.processors)):
+            raise ValueError(f"{TRAINER_NAME}: data.sampler.hints.strategy={strategy!r}: only sage_light is hosted "
+                             "here (the prompts are chosen by data.sampler.strategy)")
+        if not cfg.get("task"):
+            raise ValueError(f"{TRAINER_NAME}: data.sampler.hints needs task= (an rlcurate task name: its hints and "
+                             "chat turns write the hinted raw_prompt)")
+        task = get_task(cfg["task"], **(cfg.get("task_kwargs") or {}))
+        if sampler.hints.kind(task) != "task":
+            raise ValueError(f"{TRAINER_NAME}: task {cfg['task']!r} has no hints of its own; hints the policy writes "
+                             "itself need this package's trainer")
+        if sampler.hints.render_mode not in (None, "user"):
+            raise ValueError(f"{TRAINER_NAME}: hint_mode {sampler.hints.render_mode!r} writes into the assistant turn; "
+                             "in verl only 'user' (SAGE's own) is possible")
+        sampler.hints.check_task(task)
+        key = cfg.get("uid_key", "uid")
+        frame = getattr(data_source, "dataframe", None)
+        if frame is None:
+            raise ValueError(f"{TRAINER_NAME}: SAGE-LIGHT's hints need verl's RLHFDataset (its rows' extra_info)")
+        uids = [info.get(key) if isinstance(info, dict) else None for info in frame["extra_info"]]
+        if None in uids:
+            raise ValueError(f"{TRAINER_NAME}: row {uids.index(None)} of the training set has no extra_info[{key!r}]: "
+                             f"store each problem's uid there (appendix A2, 'The data'), or name the key in "
+                             f"data.sampler.hints.uid_key")
+        problems = problems_by_uid(task, uids, f"the training set's extra_info[{key!r}]")
+        prompt_key = _get(data_config, "prompt_key", "prompt")
+        for row, (messages, problem) in enumerate(zip(frame[prompt_key], problems)):
+            if [dict(m) for m in messages] != task.messages(problem):  # a hinted prompt must differ by its hint alone
+                raise ValueError(f"{TRAINER_NAME}: row {row} of the training set: its {prompt_key!r} is not "
+                                 f"task.messages(problem) of uid {problem.uid!r}; write the parquet's prompts with the "
+                                 f"task so that a hinted prompt differs from the unhinted one by the hint alone")
+        return cls(sampler, task, problems)
+
+    def hint(self, positions, raw_prompts: list, uids: list, step: int) -> list:
+        """The ``raw_prompt`` of each fetched prompt: its level's hinted chat turns, or its own at level 0."""
+        from rlcurate.curation.base import Group
+
+        positions = [int(p) for p in positions]
+        chosen = {}
+
+        def submit(indices, m, hints=None, hint_levels=None, hint_mode=None):  # SAGE-LIGHT's one call: record it
+            chosen.update(texts=list(hints), levels=[int(lv) for lv in hint_levels])
+            return [Group(index=i, problem=self.problems[i], prompt="", completions=[], rewards=np.zeros(0))
+                    for i in indices]
+
+        ctx = SimpleNamespace(step=step, prompts_per_step=len(positions), group_size=0, generate=submit,
+                              task=self.task, problems=self.problems, tokenizer=None, render=None)
+        self.sampler.rollout(ctx, positions)
+        if step != self.step:
+            self.step, self.step_levels = step, []
+        self.step_levels += chosen["levels"]
+        self.level_of.update(zip(map(str, uids), chosen["levels"]))
+        return [raw if text is None else self.task.messages(self.problems[p], text)
+                for p, raw, text in zip(positions, raw_prompts, chosen["texts"])]
+
+    def metrics(self) -> dict[str, int]:
+        """Prompts fetched at each hint level for the current step (SAGE's ``sage_rolled_level{l}``)."""
+        counts = np.bincount(self.step_levels, minlength=self.sampler.max_level + 1)
+        return {f"sage_rolled_level{lv}": int(n) for lv, n in enumerate(counts)}
+
+    def levels(self, uids) -> list[int]:
+        """The hint level each response's prompt carried (its uid's; 0 for a prompt not fetched by :meth:`hint`)."""
+        return [self.level_of.get(str(u), 0) for u in uids]
+
+    def observe(self, positions, scores, uids) -> None:
+        """SAGE-LIGHT's accuracy of each (prompt, level) group trained on; forgets those uids."""
+        from rlcurate.curation.base import Group
+
+        levels = self.levels(uids)
+        by_group: dict[tuple[int, int], list[float]] = {}
+        for p, r, lv in zip(positions, scores, levels):
+            by_group.setdefault((int(p), lv), []).append(float(r))
+        groups = [Group(index=p, problem=self.problems[p], prompt="", completions=[None] * len(r),
+                        rewards=np.asarray(r), hint_level=lv) for (p, lv), r in by_group.items()]
+        self.sampler.observe(None, groups)
+        for u in set(map(str, uids)):
+            self.level_of.pop(u, None)
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+class HintedCurationSampler(CurationSampler):
+    """:class:`CurationSampler` that also carries SAGE-LIGHT's :class:`HintSchedule` (and its state in ``data.pt``)."""
+
+    def __init__(self, data_source, data_config, batch_size: int | None = None, hints: HintSchedule | None = None):
+        super().__init__(data_source, data_config, batch_size)
+        self.hints = hints
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "hints": self.hints.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.hints.load_state_dict(state["hints"])
+
+
 def curated_dataloader(loader: StatefulDataLoader, data_config) -> StatefulDataLoader:
     """verl's training dataloader rebuilt with a :class:`CurationSampler` (same dataset, batch size,
-    workers, ``drop_last`` and ``collate_fn``); one selection is ``data.train_batch_size`` prompts."""
-    sampler = CurationSampler(loader.dataset, data_config, batch_size=int(data_config.train_batch_size))
+    workers, ``drop_last`` and ``collate_fn``); one selection is ``data.train_batch_size`` prompts. With
+    ``data.sampler.hints``, a :class:`HintedCurationSampler`."""
+    hints = HintSchedule.from_config(loader.dataset, data_config)
+    batch = int(data_config.train_batch_size)
+    sampler = (CurationSampler(loader.dataset, data_config, batch_size=batch) if hints is None
+               else HintedCurationSampler(loader.dataset, data_config, batch_size=batch, hints=hints))
     return StatefulDataLoader(dataset=loader.dataset, batch_size=loader.batch_size, num_workers=loader.num_workers,
                               drop_last=loader.drop_last, collate_fn=loader.collate_fn, sampler=sampler)
 
@@ -84,7 +243,8 @@ def trained_responses(keys, tags) -> list[int]:
 
 def observe_step(sampler: CurationSampler, batch) -> dict[int, tuple[int, int]]:
     """Feed one trained ``KVBatchMeta`` to the sampler: each response's ``index`` and summed ``rm_scores``
-    from TransferQueue. Returns ``{prompt position: (successes, responses)}``."""
+    from TransferQueue, and the hint level of its prompt where SAGE-LIGHT hinted it (then the schedule observes
+    the step too). Returns ``{prompt position: (successes, responses)}``."""
     rows = trained_responses(batch.keys, batch.tags)
     if not rows:
         return {}
@@ -92,7 +252,13 @@ def observe_step(sampler: CurationSampler, batch) -> dict[int, tuple[int, int]]:
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["index", "rm_scores"])
     ids = [i.item() if hasattr(i, "item") else i for i in list(data["index"])]
     scores = [float(s.sum().item()) for s in list(data["rm_scores"])]  # as verl's replay buffer sums them
-    return sampler.observe(ids, scores)
+    hints = getattr(sampler, "hints", None)
+    if hints is None:
+        return sampler.observe(ids, scores)
+    uids = [key.rsplit("_", 2)[0] for key in keys]
+    counts = sampler.observe(ids, scores, hints.levels(uids))
+    hints.observe(sampler.positions(ids), scores, uids)
+    return counts
 
 
 @register_trainer(TRAINER_NAME)
@@ -110,9 +276,21 @@ class CuratedPPOTrainer(PPOTrainerSync):
         self.train_dataloader = curated_dataloader(self.train_dataloader, self.config.data)
         self.train_dataloader_it = None
 
+    def _next_train_batch(self, num_prompts: int | None = None):
+        batch = super()._next_train_batch(num_prompts)
+        hints = getattr(self.train_dataloader.sampler, "hints", None)
+        if hints is not None:
+            sampler = self.train_dataloader.sampler
+            raw = hints.hint(sampler.positions(list(batch["index"])), list(batch["raw_prompt"]), list(batch["uid"]),
+                             self.global_steps)
+            tu.assign_non_tensor_stack(batch, "raw_prompt", raw)
+        return batch
+
     def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int):
         batch = super()._step_once(metrics, timing_raw, sample_batch_size)
         sampler = self.train_dataloader.sampler
         observe_step(sampler, batch)
         metrics.update({f"rlcurate/{k}": v for k, v in sampler.selection.metrics().items()})
+        if getattr(sampler, "hints", None) is not None:
+            metrics.update({f"rlcurate/{k}": v for k, v in sampler.hints.metrics().items()})
         return batch
