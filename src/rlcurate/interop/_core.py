@@ -26,7 +26,8 @@ import numpy as np
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
 from rlcurate.tasks.base import Problem
 
-__all__ = ["PromptSelection", "resolve_selector", "problems_by_uid", "PROMPT_LEVEL_STRATEGIES"]
+__all__ = ["PromptSelection", "resolve_selector", "problems_by_uid", "foreign_parts", "HostedRow",
+           "PROMPT_LEVEL_STRATEGIES"]
 
 PROMPT_LEVEL_STRATEGIES = ("insight", "mopps", "expected_difficulty", "inverse_evidence", "prefilter", "uniform")
 
@@ -72,6 +73,37 @@ def resolve_selector(strategy: str | Selector | Curator, **kwargs) -> Selector:
         if selector.reaudit_every:
             raise ValueError("reaudit_every needs rollouts inside the trainer; use 0 with a sampler")
     return selector
+
+
+def foreign_parts(curator: Curator, hosted: Sequence[type]) -> list[str] | None:
+    """The names of a curator's response-level parts (its sampler and processors) that another trainer cannot
+    host, given the classes it hosts; ``None`` when the curator has no response-level part at all (a
+    prompt-level strategy). Classes are compared by name, so a module imported twice still matches."""
+    parts = [curator.sampler, *curator.processors]
+    if all(type(p) in (Sampler, Processor) for p in parts):
+        return None
+    names = {c.__name__ for c in hosted}
+    return [p.name for p in parts if type(p) not in (Sampler, Processor) and type(p).__name__ not in names]
+
+
+class HostedRow:
+    """A completion another trainer generated, in its generation call ``call`` at row ``row``: what the groups of a
+    strategy hosted around that trainer's generation hold (TRL's ``CuratedGRPOTrainer``, verl's ``CuratedRollout``).
+
+    By default a row holds no tokens: ``token_ids`` is one placeholder, so that a processor that weights per token
+    (Ada-Seq's class weights) gives one weight per completion. Where a strategy reads the tokens (DRO teacher-forces
+    the reference answer after each completion's reasoning) it holds this package's
+    :class:`~rlcurate.rollout.base.Completion` fields: the prompt and completion token ids (the EOS token included)
+    and the text as this package decodes it."""
+
+    __slots__ = ("call", "row", "token_ids", "prompt_token_ids", "text")
+
+    def __init__(self, call: int, row: int, token_ids=(0,), prompt_token_ids=(), text: str = ""):
+        self.call, self.row = call, row
+        self.token_ids, self.prompt_token_ids, self.text = token_ids, prompt_token_ids, text
+
+    def __repr__(self):
+        return f"HostedRow({self.call}, {self.row})"
 
 
 def problems_by_uid(task, uids: Sequence[str], where: str) -> list[Problem]:

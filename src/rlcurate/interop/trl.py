@@ -92,7 +92,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from rlcurate.interop._core import PROMPT_LEVEL_STRATEGIES, PromptSelection, problems_by_uid, resolve_selector
+from rlcurate.interop._core import (PROMPT_LEVEL_STRATEGIES, HostedRow, PromptSelection, foreign_parts,
+                                   problems_by_uid, resolve_selector)
 
 __all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts",
            "LOSS_TYPE_OF"]
@@ -114,7 +115,7 @@ def hosted_parts(strategy, strategy_kwargs: dict | None = None):
     :class:`CuratedGRPOTrainer` runs around TRL's generation. Anything else is refused here, before the model
     loads, naming the strategy and why."""
     from rlcurate.curation import build_curator
-    from rlcurate.curation.base import Curator, Processor, Sampler, Selector
+    from rlcurate.curation.base import Curator, Selector
 
     kwargs = dict(strategy_kwargs or {})
     if isinstance(strategy, Selector):
@@ -127,12 +128,9 @@ def hosted_parts(strategy, strategy_kwargs: dict | None = None):
                          f"{curator.selector.name!r} needs this package's trainer ({curator.selector.needs_trainer}), "
                          f"while TRL's sampler draws a step's prompts ahead of the step (the dataloader's look-ahead) "
                          f"and generates nothing")
-    plain = type(curator.sampler) is Sampler and all(type(q) is Processor for q in curator.processors)
-    if plain:
+    foreign = foreign_parts(curator, _hosted_classes())
+    if foreign is None:
         return resolve_selector(curator), None
-    hosted = {c.__name__ for c in _hosted_classes()}
-    foreign = [part.name for part in [curator.sampler, *curator.processors]
-               if type(part) not in (Sampler, Processor) and type(part).__name__ not in hosted]
     if foreign:
         raise ValueError(f"strategy {curator.name!r} cannot run in TRL's GRPOTrainer: {', '.join(foreign)} needs "
                          f"this package's trainer (per-prompt rollout counts or gradient norms, which TRL's "
@@ -162,25 +160,6 @@ def _dro_of(curator):
 #: TRL's ``loss_type`` that aggregates as this package's ``loss_agg`` does (:mod:`rlcurate.train.loss`); the others
 #: normalise differently (``bnpo``: per micro-batch) or are other surrogates, and are refused with DRO's token weights.
 LOSS_TYPE_OF = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-
-
-class _Row:
-    """A completion TRL generated in call ``call`` at global row ``row`` (what a hosted strategy's groups hold).
-
-    Without DRO a row holds no tokens: ``token_ids`` is one placeholder, so that a processor that weights per token
-    (Ada-Seq's class weights) gives one weight per completion. With DRO (which teacher-forces the reference answer
-    after each completion's reasoning) it holds this package's :class:`~rlcurate.rollout.base.Completion` fields:
-    the prompt and completion token ids TRL generated (the EOS token included) and the text as this package decodes
-    it (special tokens kept, the final EOS token dropped)."""
-
-    __slots__ = ("call", "row", "token_ids", "prompt_token_ids", "text")
-
-    def __init__(self, call: int, row: int, token_ids=(0,), prompt_token_ids=(), text: str = ""):
-        self.call, self.row = call, row
-        self.token_ids, self.prompt_token_ids, self.text = token_ids, prompt_token_ids, text
-
-    def __repr__(self):
-        return f"_Row({self.call}, {self.row})"
 
 
 class _Rounds:
@@ -279,13 +258,13 @@ class _Rounds:
             rows.append((p[pm.bool()].tolist(), ids))
         return gather_object(rows) if self.t.accelerator.num_processes > 1 else rows
 
-    def _row(self, call: int, row: int) -> _Row:
+    def _row(self, call: int, row: int) -> HostedRow:
         if self.tokens[call] is None:
-            return _Row(call, row)
+            return HostedRow(call, row)
         prompt_ids, ids = self.tokens[call][row]
         eos = set(int(e) for e in self.t.eos_token_ids)
         text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] in eos else ids, skip_special_tokens=False)
-        return _Row(call, row, tuple(ids), tuple(prompt_ids), text)
+        return HostedRow(call, row, tuple(ids), tuple(prompt_ids), text)
 
     def _generate_groups(self, prompts: list[int], texts: list[str | None], levels: list[int]) -> tuple[int, list[int]]:
         """Generate one group of each of ``prompts`` (``texts[k]``: its hinted prompt, None for the dataset's),
@@ -321,7 +300,7 @@ class _Rounds:
         order = [a for a in range(len(indices)) for _ in range(m // n)]  # a prompt's groups next to each other
         call, starts = self._generate_groups([indices[a] for a in order], [texts[a] for a in order],
                                              [levels[a] for a in order])
-        refs: list[list[_Row]] = [[] for _ in indices]
+        refs: list[list[HostedRow]] = [[] for _ in indices]
         for a, start in zip(order, starts):
             refs[a] += [self._row(call, start + j) for j in range(n)]
         groups = []
@@ -333,11 +312,11 @@ class _Rounds:
                                 rewards=r[keep], generated=len(refs[a]), hint_level=int(levels[a])))
         return groups
 
-    def spare(self) -> _Row:
+    def spare(self) -> HostedRow:
         """A row to stand in where a group is short (its completion mask is zeroed)."""
-        return _Row(0, 0)
+        return HostedRow(0, 0)
 
-    def deal(self, slots: list[tuple[_Row, float, bool, np.ndarray | None]]) -> dict:
+    def deal(self, slots: list[tuple[HostedRow, float, bool, np.ndarray | None]]) -> dict:
         """The training batch: ``slots`` in order, ``len(inputs)`` per process. Each process sends the slots whose
         rows it generated (with the advantage set and, where masked, the completion mask zeroed), every process
         takes its own share, prompts left-padded and completions right-padded to the widest.

@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from rlcurate.interop._core import HostedRow, foreign_parts
 from rlcurate.interop.verl import POOL_ADV_ESTIMATOR  # noqa: F401 - imports verl, registers the estimator
 
 __all__ = ["CuratedRollout", "HOSTED_IN_VERL"]
@@ -52,7 +53,7 @@ HOSTED_IN_VERL = ("ada_seq_balanced", "ada_seq_positive", "sage", "sage_light")
 def _curator(strategy, strategy_kwargs: dict | None):
     from rlcurate.curation import build_curator
     from rlcurate.curation.ada_seq import AdaSeqDownsample, AdaSeqSampler
-    from rlcurate.curation.base import Curator, Processor, Sampler, Selector
+    from rlcurate.curation.base import Curator, Selector
     from rlcurate.curation.sage import SageLightSampler, SageSampler
 
     curator = build_curator(strategy, **(strategy_kwargs or {})) if isinstance(strategy, str) else strategy
@@ -63,9 +64,8 @@ def _curator(strategy, strategy_kwargs: dict | None):
         raise ValueError(f"strategy {name!r}: in verl the prompts are chosen by the dataloader; run the selector as "
                          f"the curriculum sampler (rlcurate.interop.verl.CurationSampler) and give CuratedRollout "
                          f"the response-level part alone ({', '.join(HOSTED_IN_VERL)})")
-    hosted = (AdaSeqSampler, SageSampler, SageLightSampler, AdaSeqDownsample)
-    foreign = [p.name for p in [curator.sampler, *curator.processors] if type(p) not in (*hosted, Sampler, Processor)]
-    if foreign or (type(curator.sampler) is Sampler and all(type(p) is Processor for p in curator.processors)):
+    foreign = foreign_parts(curator, (AdaSeqSampler, SageSampler, SageLightSampler, AdaSeqDownsample))
+    if foreign is None or foreign:
         raise ValueError(f"strategy {name!r} cannot run around verl's rollout manager: "
                          + (f"{', '.join(foreign)} changes how many rows a prompt trains on or how they are "
                             f"weighted, which fit() cannot carry (DAPO: verl's own algorithm.filter_groups)"
@@ -164,18 +164,6 @@ class CuratedRollout:
         return value.item() if hasattr(value, "item") else value
 
 
-class _Ref:
-    """A response the wrapped manager returned: row ``row`` of call ``call``."""
-
-    __slots__ = ("call", "row", "token_ids")
-
-    def __init__(self, call: int, row: int):
-        self.call, self.row, self.token_ids = call, row, (0,)
-
-    def __repr__(self):
-        return f"_Ref({self.call}, {self.row})"
-
-
 class _Step:
     """One ``generate_sequences`` of :class:`CuratedRollout`: the generation calls the strategy made."""
 
@@ -214,7 +202,7 @@ class _Step:
         for k, i in enumerate(indices):
             r = rewards[k * m:(k + 1) * m]
             groups.append(Group(index=i, problem=host.problems[i] if host.problems else None,
-                                prompt=str(hints[k] or ""), completions=[_Ref(call, k * m + j) for j in range(m)],
+                                prompt=str(hints[k] or ""), completions=[HostedRow(call, k * m + j) for j in range(m)],
                                 rewards=r, generated=int(m), hint_level=int(levels[k])))
         return groups
 
