@@ -1,6 +1,7 @@
 """Shared test set-up: real datasets from ../shared/data, a quiet non-interactive matplotlib, two CPU
 threads (the machines this project is tested on have two cores), and nbval comparing recorded values
-with a tolerance (see :func:`_compare_records_with_tolerance`)."""
+with a tolerance (see :func:`_compare_records_with_tolerance`) against the chapter tests/test_notebooks.py
+already executed in the session, where it did (see :func:`_reuse_executed_copy`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,17 @@ def _checks_no_output(nb: Path) -> bool:
 collect_ignore = [str(nb) for nb in sorted((REPO / "book").glob("*.ipynb")) if _checks_no_output(nb)]
 
 
+EXECUTED = pytest.StashKey[dict]()
+
+
+@pytest.fixture(scope="session")
+def executed_notebooks(request) -> dict:
+    """``{source notebook path: its executed copy}`` for the chapters tests/test_notebooks.py executed in this
+    session (the smoke profile, as nbval runs them); nbval compares their stored outputs with that copy
+    instead of executing the chapter a second time."""
+    return request.config.stash.setdefault(EXECUTED, {})
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
@@ -58,12 +70,56 @@ def pytest_configure(config):
     except ImportError:  # the statistics core is usable without torch
         pass
     try:
-        from nbval.plugin import IPyNbCell
+        from nbval.plugin import IPyNbCell, IPyNbFile
     except ImportError:  # nbval is a dev extra
         return
-    original = IPyNbCell.compare_outputs
-    IPyNbCell.compare_outputs = _compare_records_with_tolerance(original)
-    config.add_cleanup(lambda: setattr(IPyNbCell, "compare_outputs", original))
+    originals = [(IPyNbCell, "compare_outputs", IPyNbCell.compare_outputs), (IPyNbCell, "runtest", IPyNbCell.runtest),
+                 (IPyNbFile, "setup", IPyNbFile.setup)]
+    IPyNbCell.compare_outputs = _compare_records_with_tolerance(IPyNbCell.compare_outputs)
+    IPyNbFile.setup, IPyNbCell.runtest = _reuse_executed_copy(IPyNbFile.setup, IPyNbCell.runtest)
+    config.add_cleanup(lambda: [setattr(cls, name, fn) for cls, name, fn in originals])
+
+
+def _reuse_executed_copy(file_setup, cell_runtest):
+    """nbval's ``IPyNbFile.setup`` and ``IPyNbCell.runtest``, reading a chapter's fresh outputs from the copy that
+    tests/test_notebooks.py executed in this session (:func:`executed_notebooks`), cell by cell id, instead of
+    starting a kernel and executing it again; as before for a chapter it has not executed (run alone, or it
+    failed there). The checks are nbval's own: an error output fails the cell, a reference cell that never ran
+    must have no outputs, and tagged cells are compared by ``compare_outputs`` (sanitized, records with a
+    tolerance)."""
+
+    def setup(self):
+        executed = self.config.stash.get(EXECUTED, {}).get(Path(str(self.fspath)).resolve())
+        if executed is None:
+            return file_setup(self)
+        import nbformat
+
+        self.executed_cells = {cell.get("id"): cell for cell in nbformat.read(str(executed), as_version=4).cells}
+        self.setup_sanitize_files()
+
+    def runtest(self):
+        cells = getattr(self.parent, "executed_cells", None)
+        if cells is None:
+            return cell_runtest(self)
+        from nbval.plugin import coalesce_streams
+
+        if self.options["skip"]:
+            pytest.skip()
+        ran = cells.get(self.cell.get("id"))
+        if ran is None:
+            self.raise_cell_error(f"cell id {self.cell.get('id')!r} is not in the executed copy")
+        outs = coalesce_streams(list(ran.get("outputs", [])))
+        self.test_outputs = outs
+        errors = [o for o in outs if o.get("output_type") == "error"]
+        if errors:
+            self.raise_cell_error(f"{errors[0].get('ename')}: {errors[0].get('evalue')}")
+        unrun = self.cell.execution_count is None
+        if unrun and self.cell.outputs:
+            self.raise_cell_error("Unrun reference cell has outputs")
+        if self.options["check"] and not unrun and not self.compare_outputs(outs, coalesce_streams(self.cell.outputs)):
+            self.raise_cell_error("Cell outputs differ", "\n".join(self.comparison_traceback))
+
+    return setup, runtest
 
 
 def _split_records(outputs):

@@ -5,8 +5,9 @@ folder (never over the source). The values it stored with :func:`rlcurate.book.r
 checked by ``tests/chapter_checks/<chapter>.py`` (a function ``check(records)``), and every chapter
 must record ``checks_passed`` (its numerical assertions all ran). A separate test makes sure no
 committed notebook holds an error output. nbval (``--nbval-lax``, configured in pyproject.toml) runs
-the chapters that have cells tagged ``nbval-check-output`` again and compares those cells with their
-stored outputs (the root conftest.py leaves the others to this file).
+the chapters that have cells tagged ``nbval-check-output`` and compares those cells with their stored
+outputs (the root conftest.py leaves the others to this file); it reads the fresh outputs from the copy
+executed here, so no chapter runs twice in one session.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def executed_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("nb", CHAPTERS, ids=lambda p: p.stem)
-def test_chapter_executes_and_records(nb: Path, executed_dir: Path):
+def test_chapter_executes_and_records(nb: Path, executed_dir: Path, executed_notebooks: dict):
     out, seconds = _execute(nb, executed_dir)
+    executed_notebooks[nb.resolve()] = out  # nbval compares its tagged cells with this copy
     records = read_records(out)
     assert records.get("checks_passed") is True, f"{nb.name} did not record checks_passed=True"
     assert records.get("profile") == "smoke", f"{nb.name} ran in profile {records.get('profile')!r}"
