@@ -124,6 +124,7 @@ def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(prob
     assert "hint_mode 'prefix' writes into the assistant turn" in refused["prefix"]
     assert "row 0 of the training set" in refused["not_task_prompts"] and "task.messages(problem)" in refused["not_task_prompts"]
     assert "has no extra_info['uid']" in refused["unknown_uid"]
+    assert "use sage_light" in probe["hints"]["sage_refused_at_construction"]
 
 
 def test_verl_v1_module_names_the_version_it_needs():

@@ -420,6 +420,11 @@ def check_hints(out: dict, parquet: str, tokenizer) -> None:
         except ValueError as exc:
             refused[name] = str(exc)
     res["refused"] = refused
+    try:  # what the configuration alone rules out is refused when the trainer is built, before the dataset loads
+        v1.CuratedPPOTrainer(verl_config(hinted, **{"data.sampler.hints": {**hints, "strategy": "sage"}}))
+        res["sage_refused_at_construction"] = ""
+    except ValueError as exc:
+        res["sage_refused_at_construction"] = str(exc)
     out["hints"] = res
 
 

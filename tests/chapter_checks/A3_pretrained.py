@@ -129,3 +129,14 @@ def check(records):
             assert "uniform_aa" in rows and rows["uniform_aa"]["low"] <= 0 <= rows["uniform_aa"]["high"], measure
             assert all(r["low"] <= r["mean"] <= r["high"] and r["seeds"] == 8 for r in rows.values()), measure
             check_family(rows, tuned["family"], tuned["repeats"])
+    # the revisited pool read with 16 samples per test prompt (smollm2_revisit_precise), once every arm has its seeds
+    precise = records["revisit_precise"]
+    assert precise["samples"] == 16 and 0 <= precise["finished"] <= 40
+    if precise["table"] is not None:
+        assert precise["finished"] == 40
+        for measure, rows in precise["table"].items():
+            assert set(rows) == {"uniform_aa", "insight 3e-06", "combined 3e-06", "combined_failures 3e-06"}, measure
+            assert all(r["low"] <= r["mean"] <= r["high"] and r["seeds"] == 8 for r in rows.values()), measure
+            check_family(rows, precise["family"], precise["repeats"])
+        assert set(precise["sd_4_to_16"]) == set(precise["table"]["final"])
+        assert all(s4 > 0 and s16 > 0 for s4, s16 in precise["sd_4_to_16"].values())

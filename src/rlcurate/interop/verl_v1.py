@@ -98,9 +98,10 @@ class HintSchedule:
         self.level_of: dict[str, int] = {}  # uid of a submitted prompt -> its hint level, until observed
         self.step, self.step_levels = None, []  # the levels of the prompts fetched for the current step
 
-    @classmethod
-    def from_config(cls, data_source, data_config) -> "HintSchedule | None":
-        """The schedule ``data.sampler.hints`` asks for, or None; refuses (``ValueError``) what cannot run."""
+    @staticmethod
+    def parse(data_config):
+        """``(SAGE-LIGHT's sampler, the task, the options)`` from ``data.sampler.hints``, or None; refuses
+        (``ValueError``) what cannot run from the configuration alone, so the trainer can say it when built."""
         cfg = _plain(_get(_get(data_config, "sampler", {}), "hints", None))
         if not cfg:
             return None
@@ -131,6 +132,16 @@ class HintSchedule:
             raise ValueError(f"{TRAINER_NAME}: hint_mode {sampler.hints.render_mode!r} writes into the assistant turn; "
                              "in verl only 'user' (SAGE's own) is possible")
         sampler.hints.check_task(task)
+        return sampler, task, cfg
+
+    @classmethod
+    def from_config(cls, data_source, data_config) -> "HintSchedule | None":
+        """The schedule ``data.sampler.hints`` asks for, or None; refuses (``ValueError``) what cannot run,
+        the training set's rows included (each row's problem, its prompt written by the task)."""
+        parsed = cls.parse(data_config)
+        if parsed is None:
+            return None
+        sampler, task, cfg = parsed
         key = cfg.get("uid_key", "uid")
         frame = getattr(data_source, "dataframe", None)
         if frame is None:
@@ -269,6 +280,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
         if config.algorithm.adv_estimator == POOL_ADV_ESTIMATOR:
             raise ValueError(f"{TRAINER_NAME} cannot run algorithm.adv_estimator={POOL_ADV_ESTIMATOR}: verl 0.9's "
                              "_compute_advantage never passes reward_baselines to an estimator (appendix A2)")
+        HintSchedule.parse(config.data)  # a hint configuration that cannot run is refused before anything starts
         super().__init__(config)
 
     def _init_dataloader(self):
