@@ -126,8 +126,9 @@ class HintSchedule:
                              "chat turns write the hinted raw_prompt)")
         task = get_task(cfg["task"], **(cfg.get("task_kwargs") or {}))
         if sampler.hints.kind(task) != "task":
-            raise ValueError(f"{TRAINER_NAME}: task {cfg['task']!r} has no hints of its own; hints the policy writes "
-                             "itself need this package's trainer")
+            raise ValueError(f"{TRAINER_NAME}: task {cfg['task']!r} has no hint() method, so hint_source 'auto' means "
+                             "hints the policy writes itself, which need this package's trainer; with hint_source: task "
+                             "and hint_mode: user the hints are the reference solution's steps (SAGE's rule)")
         if sampler.hints.render_mode not in (None, "user"):
             raise ValueError(f"{TRAINER_NAME}: hint_mode {sampler.hints.render_mode!r} writes into the assistant turn; "
                              "in verl only 'user' (SAGE's own) is possible")
