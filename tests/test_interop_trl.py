@@ -420,6 +420,26 @@ def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
             hosted_parts(name)
 
 
+def test_trl_refuses_a_uid_the_task_lacks_before_loading_a_model(tmp_path):
+    """The model path does not exist: the uid is refused first, naming the column and the uid."""
+    import datasets
+
+    from rlcurate.interop.trl import CuratedGRPOTrainer
+    from rlcurate.tasks import get_task
+
+    from trl import GRPOConfig
+
+    task = get_task("arithmetic", style="chat", levels=["add2"], n_train=4, n_test=2)
+    rows = [{"prompt": "x", "uid": p.uid} for p in task.problems("train")] + [{"prompt": "y", "uid": "add:no-such"}]
+    cfg = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=2,
+                     per_device_train_batch_size=2)
+    with pytest.raises(ValueError, match=re.escape("the training dataset's column 'uid': uid 'add:no-such' (1 of 5 "
+                                                   "missing) is not a problem of task")):
+        CuratedGRPOTrainer(model=str(tmp_path / "no-model-here"), reward_funcs=lambda **kw: [0.0], args=cfg,
+                           train_dataset=datasets.Dataset.from_list(rows), strategy="sage_light",
+                           strategy_kwargs={"hint_mode": "user"}, task=task)
+
+
 _DAPO_WORKER = r'''
 # runs after _WORKER in the same launch (its imports, tokenizer and dataset)
 def reward(prompts, completions, uid, rlcurate_index, **kw):

@@ -478,12 +478,14 @@ class CuratedGRPOTrainer(GRPOTrainer):
         self.curation: PromptSelection | None = None
         self.curation_log: list[dict[int, tuple[int, int]]] = []
         self._curation_sampler: CurationSampler | None = None
+        uids = train_dataset[uid_column] if uid_column in getattr(train_dataset, "column_names", ()) else None
+        problems = None
+        if task is not None and uids is not None:  # a uid the task lacks is refused before the model loads
+            problems = problems_by_uid(task, uids, f"the training dataset's column {uid_column!r}")
         super().__init__(**kwargs)
         ds = self.train_dataset
-        uids = ds[uid_column] if uid_column in ds.column_names else None
-        problems = None
-        if task is not None and uids is not None:
-            problems = problems_by_uid(task, uids, f"the training dataset's column {uid_column!r}")
+        if len(ds) != len(train_dataset):
+            raise RuntimeError(f"TRL's GRPOTrainer changed the training set's size ({len(train_dataset)} -> {len(ds)})")
         self.curation = PromptSelection(selector, len(ds), group_size=self.num_generations, seed=self.args.seed,
                                         uids=uids, problems=problems)
         self._scored: tuple[list[int], torch.Tensor] | None = None  # the latest generation's (indices, rewards)
