@@ -122,6 +122,7 @@ def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(prob
     assert "sync trainer submits each prompt to its agent loop once; use sage_light" in refused["sage"]
     assert "needs task=" in refused["no_task"]
     assert "hint_mode 'prefix' writes into the assistant turn" in refused["prefix"]
+    assert "'gsm8k' has no hint() method" in refused["self_written"] and "hint_source: task" in refused["self_written"]
     assert "row 0 of the training set" in refused["not_task_prompts"] and "task.messages(problem)" in refused["not_task_prompts"]
     assert "has no extra_info['uid']" in refused["unknown_uid"]
     assert "use sage_light" in probe["hints"]["sage_refused_at_construction"]

@@ -411,6 +411,7 @@ def check_hints(out: dict, parquet: str, tokenizer) -> None:
     refused = {}
     cases = {"sage": ({**hints, "strategy": "sage"}, hinted), "no_task": ({k: v for k, v in hints.items() if k != "task"}, hinted),
              "prefix": ({**hints, "strategy_kwargs": {"hint_mode": "prefix"}}, hinted),
+             "self_written": ({**hints, "task": "gsm8k", "task_kwargs": {}}, hinted),  # GSM8K has no hint()
              "not_task_prompts": (hints, hint_parquet(folder, task, lambda q: [{"role": "user", "content": q.question}])),
              "unknown_uid": (hints, parquet)}
     for name, (h, data) in cases.items():
