@@ -325,7 +325,11 @@ def test_modes_a_task_cannot_place_are_refused_with_one_value_error(tok):
     with pytest.raises(ValueError, match=r"task 'arithmetic' has no hint\(\) method"):
         sampler.check_task(SolutionTask(["add2"], n_train=1, n_test=1))
     SageSampler(hint_mode="user").check_task(chat)  # fine: every task takes the user turn
-    SageSampler().check_task(chat)                  # 'auto' never refuses
+    SageSampler().check_task(chat)                  # 'auto' with the task's own hint()
+    SageSampler().check_task(SolutionTask(["add2"], n_train=1, n_test=1))  # 'auto': the policy writes them
+    with pytest.raises(ValueError, match=r"hint_source='task' with hint_mode='auto' asks task 'arithmetic' for its "
+                                         r"hint\(\), which it does not have; use hint_mode='user'"):
+        SageSampler(hint_source="task").check_task(SolutionTask(["add2"], n_train=1, n_test=1))
 
 
 def test_hint_mode_is_a_strategy_option_listed_by_rlcurate_strategies(capsys):

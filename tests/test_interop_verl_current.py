@@ -43,6 +43,8 @@ def test_registered_trainer_is_found_by_name_and_subclasses_verls_sync_trainer(p
     assert reg["verl"] == "0.9.1"
     assert reg["is_ours"], "get_trainer_cls('rlcurate_curated') is not rlcurate.interop.verl_v1.CuratedPPOTrainer"
     assert reg["sync_class_is_parent"] and reg["is_ppo_trainer"] and reg["imported_by_verl"]
+    # selected as rlcurate_curated, it runs as verl's sync mode (verl 0.9.1 tests for the literal name "sync")
+    assert reg["mode_after_init"] == reg["config_mode"] == "sync" and reg["replay_buffer"] == "ReplayBuffer"
 
 
 def test_dataloader_is_verls_stateful_loader_with_the_curation_sampler(probe):
@@ -99,9 +101,11 @@ def test_sage_light_in_verl_hints_the_prompts_this_packages_sage_light_hints(pro
     raw_prompts, a stand-in agent loop rewards each response by what its prompt says (a hint raises the pass
     rate), and ``_step_once`` observes. Against this package's selector and SageLightSampler fed the same
     rewards: the same prompts (hinted chat turns included) reach the agent loop, at the same levels, and both
-    end in the same state, over ten steps, with verl fetching four prompts at a time and one at a time."""
+    end in the same state, over ten steps, with verl fetching four prompts at a time and one at a time. The trainer
+    is built by its own ``__init__`` (selected as ``rlcurate_curated``, running as verl's sync mode); verl's replay
+    buffer, its DAPO filter and refills and the GPU half of ``_step_once`` do not run (stubbed)."""
     hints = probe["hints"]
-    for mode, loader_batch in (("uniform", 4), ("insight_dapo_fetch", 1)):
+    for mode, loader_batch in (("uniform", 4), ("insight_one_per_fetch", 1)):
         h = hints[mode]
         assert h["sampler"] == "HintedCurationSampler" and h["loader_batch"] == loader_batch, mode
         assert h["same_prompts"], mode  # (prompt id, raw_prompt) per step, in order
@@ -112,8 +116,9 @@ def test_sage_light_in_verl_hints_the_prompts_this_packages_sage_light_hints(pro
         counts = [[step.get(f"rlcurate/sage_rolled_level{lv}") for lv in range(4)] for step in h["metrics"]]
         assert counts == [[step.count(lv) for lv in range(4)] for step in h["levels"]], mode
         assert h["state_has_hints"] and h["restored"], mode  # the schedule travels in data.pt
+        assert 64 < h["longest_hinted_prompt"] <= 256, mode  # checked against rollout.prompt_length when built
     # INSIGHT takes no evidence from hinted groups: its trials are exactly the unhinted responses
-    ev = hints["insight_dapo_fetch"]["hinted_evidence"]
+    ev = hints["insight_one_per_fetch"]["hinted_evidence"]
     assert ev["trials_equal_unhinted"] and ev["hinted_responses"] > 0
 
 
@@ -126,6 +131,8 @@ def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(prob
     assert "row 0 of the training set" in refused["not_task_prompts"] and "task.messages(problem)" in refused["not_task_prompts"]
     assert "has no extra_info['uid']" in refused["unknown_uid"]
     assert "use sage_light" in probe["hints"]["sage_refused_at_construction"]
+    assert "evicts the all-wrong groups before the step" in refused["with_dapo"]
+    assert "over actor_rollout_ref.rollout.prompt_length=64" in refused["too_long"] and "hint level" in refused["too_long"]
 
 
 def test_verl_v1_module_names_the_version_it_needs():

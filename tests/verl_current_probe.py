@@ -67,6 +67,7 @@ def verl_config(parquet: str, **changes):
         cfg.data.seed = 3
         cfg.actor_rollout_ref.rollout.n = N_RESP
         cfg.data.sampler = {"strategy": "insight", "strategy_kwargs": {"mu": 0.3}, "group_size": N_RESP}
+        cfg.trainer.v1.trainer_mode = "rlcurate_curated"  # as a user selects it
         for key, value in changes.items():
             OmegaConf.update(cfg, key, value, merge=False)
     return cfg
@@ -84,10 +85,10 @@ def make_parquet(folder: str) -> str:
 
 
 def bare_trainer(cls, cfg, tokenizer):
-    """A trainer object with what ``_init_dataloader`` reads (``PPOTrainer.__init__`` builds workers' config)."""
-    trainer = object.__new__(cls)
-    trainer.config, trainer.tokenizer, trainer.processor = cfg, tokenizer, None
-    trainer.trainer_mode, trainer.parameter_sync_step = cfg.trainer.v1.trainer_mode, 1
+    """The trainer built by its own ``__init__`` (verl's ``PPOTrainer.__init__`` runs on the CPU: config, replay
+    buffer) with the tokenizer ``init()`` would load; no workers."""
+    trainer = cls(cfg)
+    trainer.tokenizer, trainer.processor = tokenizer, None
     return trainer
 
 
@@ -99,7 +100,10 @@ def check_registry(out: dict) -> None:
     cls = get_trainer_cls("rlcurate_curated")  # registered by VERL_USE_EXTERNAL_MODULES, as in a run
     import rlcurate.interop.verl_v1 as v1
 
-    out["registry"] = {"verl": verl.__version__, "is_ours": cls is v1.CuratedPPOTrainer,
+    trainer = cls(verl_config(os.devnull))  # selected by the name; runs as verl's sync mode
+    out["registry"] = {"mode_after_init": trainer.trainer_mode, "config_mode": trainer.config.trainer.v1.trainer_mode,
+                       "replay_buffer": type(trainer.replay_buffer).__name__,
+                       "verl": verl.__version__, "is_ours": cls is v1.CuratedPPOTrainer,
                        "sync_class_is_parent": cls.__mro__[1] is get_trainer_cls("sync") is PPOTrainerSync,
                        "is_ppo_trainer": issubclass(cls, PPOTrainer),
                        "imported_by_verl": "rlcurate.interop.verl_v1" in os.environ.get("VERL_USE_EXTERNAL_MODULES", "")}
@@ -326,12 +330,12 @@ def check_hints(out: dict, parquet: str, tokenizer) -> None:
              "task_kwargs": HINT_TASK["kwargs"]}
     res = {}
     # uniform draws revisit every prompt each epoch (4 steps); INSIGHT, with verl fetching one prompt at a time
-    # (as under DAPO), revisits the prompts it finds informative
+    # (data.gen_batch_size=1, as verl forces under DAPO), revisits the prompts it finds informative
     for mode, changes in (("uniform", {"data.sampler.strategy": "uniform", "data.sampler.strategy_kwargs": {}}),
-                          ("insight_dapo_fetch", {"algorithm.filter_groups.enable": True})):
+                          ("insight_one_per_fetch", {"data.gen_batch_size": 1})):
         store = Store()
         tq.kv_batch_put, tq.kv_batch_get = store.kv_batch_put, store.kv_batch_get
-        cfg = verl_config(hinted, **{"data.sampler.hints": hints, **changes})
+        cfg = verl_config(hinted, **{"data.sampler.hints": hints, "data.max_prompt_length": 256, **changes})
         trainer = bare_trainer(v1.CuratedPPOTrainer, cfg, tokenizer)
         trainer._init_dataloader()
         trainer.global_steps = 1
@@ -398,6 +402,7 @@ def check_hints(out: dict, parquet: str, tokenizer) -> None:
         again.train_dataloader.load_state_dict(trainer.train_dataloader.state_dict())
         iter(again.train_dataloader)  # torchdata hands a restored state to the sampler when iterated
         res[mode] = {"sampler": type(mine).__name__, "loader_batch": trainer.train_dataloader.batch_size,
+                     "longest_hinted_prompt": mine.hints.check_prompt_length(tokenizer, 10 ** 6),
                      "same_prompts": seen == ref_seen, "levels": levels, "ref_levels": ref_levels,
                      "hinted_prompts": sum(lv > 0 for step in levels for lv in step),
                      "selection_equal": json.dumps(mine.selection.state_dict(), default=str)
@@ -413,16 +418,19 @@ def check_hints(out: dict, parquet: str, tokenizer) -> None:
              "prefix": ({**hints, "strategy_kwargs": {"hint_mode": "prefix"}}, hinted),
              "self_written": ({**hints, "task": "gsm8k", "task_kwargs": {}}, hinted),  # GSM8K has no hint()
              "not_task_prompts": (hints, hint_parquet(folder, task, lambda q: [{"role": "user", "content": q.question}])),
-             "unknown_uid": (hints, parquet)}
+             "unknown_uid": (hints, parquet), "with_dapo": (hints, hinted), "too_long": (hints, hinted)}
     for name, (h, data) in cases.items():
+        changes = {"data.sampler.hints": h, "data.max_prompt_length": 64 if name == "too_long" else 256}
+        if name == "with_dapo":
+            changes["algorithm.filter_groups.enable"] = True
         try:
-            bare_trainer(v1.CuratedPPOTrainer, verl_config(data, **{"data.sampler.hints": h}), tokenizer)._init_dataloader()
+            bare_trainer(v1.CuratedPPOTrainer, verl_config(data, **changes), tokenizer)._init_dataloader()
             refused[name] = ""
         except ValueError as exc:
             refused[name] = str(exc)
     res["refused"] = refused
     try:  # what the configuration alone rules out is refused when the trainer is built, before the dataset loads
-        v1.CuratedPPOTrainer(verl_config(hinted, **{"data.sampler.hints": {**hints, "strategy": "sage"}}))
+        v1.CuratedPPOTrainer(verl_config(hinted, **{"data.sampler.hints": {**hints, "strategy": "sage"}}))  # no dataset read
         res["sage_refused_at_construction"] = ""
     except ValueError as exc:
         res["sage_refused_at_construction"] = str(exc)

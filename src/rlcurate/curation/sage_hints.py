@@ -219,10 +219,16 @@ class HintSource:
 
     def check_task(self, task) -> None:
         """Refuse (``ValueError``) a ``mode`` that ``task`` cannot place: ``"prefix"`` with self-written
-        hints, or a mode outside the task's ``hint_modes`` (chapter 7). Nothing for ``"auto"``."""
-        if self.mode == "auto" or task is None:
+        hints, a mode outside the task's ``hint_modes``, or ``"auto"`` with task hints from a task without a
+        ``hint`` method (chapter 7)."""
+        if task is None:
             return
         name = getattr(task, "name", type(task).__name__)
+        if self.mode == "auto":
+            if self.kind(task) == "task" and not callable(getattr(task, "hint", None)):
+                raise ValueError(f"hint_source='task' with hint_mode='auto' asks task {name!r} for its hint(), which it "
+                                 "does not have; use hint_mode='user' (the reference solution's steps, never the answer)")
+            return
         if self.mode == "prefix" and self.kind(task) == "self":
             raise ValueError(f"hint_mode='prefix' needs the task's hints, and task {name!r} has no hint() method "
                              "(its hints are written by the policy); use hint_mode='user'")

@@ -5,7 +5,10 @@ verl 0.8 removed the curriculum-sampler hook that :mod:`rlcurate.interop.verl` p
 ``verl.trainer.ppo.v1.PPOTrainer`` decorated with ``register_trainer(name)`` and selected by
 ``trainer.v1.trainer_mode=name`` (``main_ppo``'s ``TaskRunnerV1`` calls ``get_trainer_cls`` on it). This
 module registers :class:`CuratedPPOTrainer` as ``rlcurate_curated``, a subclass of verl's synchronous
-trainer (``PPOTrainerSync``, the default mode ``sync``) that changes two things:
+trainer (``PPOTrainerSync``, the default mode ``sync``). verl 0.9.1 tests for the literal mode name ``"sync"``
+in six places (which replay buffer, exact refills and one prompt per fetch, TransferQueue state on resume,
+re-issued prompts), so the trainer sets ``trainer.v1.trainer_mode`` back to ``sync`` once verl has found it by
+name, and runs as the sync trainer in every respect but these:
 
 * ``_init_dataloader``: verl builds its ``StatefulDataLoader`` as usual; the trainer then builds it again
   with the same dataset, batch size, workers, ``drop_last`` and ``collate_fn``, and with
@@ -22,19 +25,24 @@ trainer (``PPOTrainerSync``, the default mode ``sync``) that changes two things:
   shards) are skipped, and of a multi-turn session only its last output counts, as verl's own GRPO does.
 
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
-``prepare_step``), after this observation: selection does not lag.
+``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step (DAPO,
+``sync_refill_failed_groups``) come from a selection made before that step's rewards, and a resumed run starts a
+new selection where the saved one had prompts left.
 
 SAGE-LIGHT's hints (chapter 7), with ``data.sampler.hints`` set: every prompt verl fetches passes through
 ``_next_train_batch``, where SAGE-LIGHT's own sampler (:class:`~rlcurate.curation.sage.SageLightSampler`) gives it
-the hint level scheduled from its previous visit; a prompt at a level > 0 gets as its ``raw_prompt`` the task's
+the hint level scheduled from its previous visit (the sampler's ``rollout`` run with a ``generate`` that only
+records the levels and hint texts); a prompt at a level > 0 gets as its ``raw_prompt`` the task's
 chat turns with the hint in the user turn (``task.messages(problem, hint)``; verl's agent loop applies the chat
 template), and verl generates and trains on it, as SAGE-LIGHT does. The level of each prompt is kept by its uid
 (the first part of every trajectory key), so ``_step_once`` passes each response's level to the selector
 (INSIGHT takes no evidence from hinted groups, as in this package's trainer) and each group's accuracy to the
 schedule. The schedule is saved with the sampler's state in ``data.pt``. The problems are found by their uids
-(``extra_info[hints.uid_key]``, default ``uid``) in the task's splits, when the trainer is built. Full SAGE is
-refused: it re-rolls a prompt whose group is all wrong at the next level within the step, and the sync trainer
-submits each prompt to its agent loop once.
+(``extra_info[hints.uid_key]``, default ``uid``) in the task's splits, and every row's prompt at the strongest
+level must fit ``rollout.prompt_length``, when the dataloader is built. Refused: full SAGE (it re-rolls a prompt
+whose group is all wrong at the next level within the step, and the sync trainer submits each prompt to its agent
+loop once), hints the policy writes itself or hints in the assistant turn, and DAPO's filter (verl evicts the all-wrong groups before the step, so the
+schedule would never raise a level).
 
 Not hosted: with ``algorithm.filter_groups`` on, verl's replay buffer clears the groups it filters from
 TransferQueue before the step, so the sampler observes only the groups trained on (rlcurate's own
@@ -50,7 +58,7 @@ Selecting the trainer::
 
 With SAGE-LIGHT's hints (INSIGHT choosing the prompts, or ``strategy=uniform``)::
 
-    ... '+data.sampler.hints={strategy: sage_light, strategy_kwargs: {hint_mode: user}, task: gsm8k}'
+    ... '+data.sampler.hints={strategy: sage_light, strategy_kwargs: {hint_mode: user, hint_source: task}, task: gsm8k}'
 
 ``VERL_USE_EXTERNAL_MODULES`` makes ``import verl`` import this module in every process, the Ray actor
 that runs the trainer included, so the name is registered where ``get_trainer_cls`` looks it up.
@@ -68,6 +76,7 @@ try:
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.trainer.ppo.v1.trainer_base import register_trainer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from omegaconf import open_dict
     from verl.utils import tensordict_utils as tu
 except ImportError as exc:
     raise ImportError(
@@ -79,7 +88,7 @@ from rlcurate.interop._core import problems_by_uid
 from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, CurationSampler, _get, _plain
 
 __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
-           "trained_responses", "observe_step"]
+           "refuse_unhostable", "trained_responses", "observe_step"]
 
 TRAINER_NAME = "rlcurate_curated"
 
@@ -161,6 +170,28 @@ class HintSchedule:
                                  f"task so that a hinted prompt differs from the unhinted one by the hint alone")
         return cls(sampler, task, problems)
 
+    def check_prompt_length(self, tokenizer, limit: int) -> int:
+        """Refuse (``ValueError``) a training row whose prompt at the strongest hint level is longer than ``limit``
+        tokens (``rollout.prompt_length``, beyond which verl's agent loop cuts a prompt's start with a warning).
+        Returns the longest hinted prompt's length."""
+        positions = list(range(len(self.problems)))
+        ctx = SimpleNamespace(step=-1, task=self.task, problems=self.problems, tokenizer=None)
+        texts = self.sampler.hints.hints(ctx, positions)
+        longest = 0
+        for p in positions:
+            for level in range(1, self.sampler.max_level + 1):
+                if not texts[p].get(level):
+                    continue
+                out = tokenizer.apply_chat_template(self.task.messages(self.problems[p], texts[p][level]),
+                                                    add_generation_prompt=True, tokenize=True)
+                n = len(out["input_ids"] if hasattr(out, "keys") else out)
+                if n > limit:
+                    raise ValueError(f"{TRAINER_NAME}: row {p} (uid {self.problems[p].uid!r}) at hint level {level} is a "
+                                     f"prompt of {n} tokens, over actor_rollout_ref.rollout.prompt_length={limit}, and "
+                                     f"verl's agent loop would cut its start; raise data.max_prompt_length")
+                longest = max(longest, n)
+        return longest
+
     def hint(self, positions, raw_prompts: list, uids: list, step: int) -> list:
         """The ``raw_prompt`` of each fetched prompt: its level's hinted chat turns, or its own at level 0."""
         from rlcurate.curation.base import Group
@@ -225,7 +256,8 @@ class HintedCurationSampler(CurationSampler):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.hints.load_state_dict(state["hints"])
+        if "hints" in state:  # a checkpoint saved before the hints were configured starts the schedule afresh
+            self.hints.load_state_dict(state["hints"])
 
 
 def curated_dataloader(loader: StatefulDataLoader, data_config) -> StatefulDataLoader:
@@ -273,21 +305,37 @@ def observe_step(sampler: CurationSampler, batch) -> dict[int, tuple[int, int]]:
     return counts
 
 
+def refuse_unhostable(config) -> None:
+    """Refuse (``ValueError``, one line) what the registered trainer cannot run, from the configuration alone: the
+    pool-baseline estimator, a hint configuration that cannot run, and SAGE-LIGHT under DAPO's filter."""
+    if config.algorithm.adv_estimator == POOL_ADV_ESTIMATOR:
+        raise ValueError(f"{TRAINER_NAME} cannot run algorithm.adv_estimator={POOL_ADV_ESTIMATOR}: verl 0.9's "
+                         "_compute_advantage never passes reward_baselines to an estimator (appendix A2)")
+    filter_groups = config.algorithm.get("filter_groups", None)
+    if HintSchedule.parse(config.data) is not None and filter_groups is not None and filter_groups.get("enable", False):
+        raise ValueError(f"{TRAINER_NAME}: data.sampler.hints with algorithm.filter_groups: verl's replay buffer evicts "
+                         "the all-wrong groups before the step, so SAGE-LIGHT would never see the failures that raise "
+                         "a prompt's hint level")
+
+
 @register_trainer(TRAINER_NAME)
 class CuratedPPOTrainer(PPOTrainerSync):
     """verl's synchronous v1 trainer with an rlcurate prompt-selection strategy as its sampler."""
 
     def __init__(self, config):
-        if config.algorithm.adv_estimator == POOL_ADV_ESTIMATOR:
-            raise ValueError(f"{TRAINER_NAME} cannot run algorithm.adv_estimator={POOL_ADV_ESTIMATOR}: verl 0.9's "
-                             "_compute_advantage never passes reward_baselines to an estimator (appendix A2)")
-        HintSchedule.parse(config.data)  # a hint configuration that cannot run is refused before anything starts
+        refuse_unhostable(config)  # before anything starts
+        with open_dict(config):  # verl 0.9.1 tests for the literal mode "sync" (replay buffer, refills, resume)
+            config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
 
     def _init_dataloader(self):
+        refuse_unhostable(self.config)
         super()._init_dataloader()
         self.train_dataloader = curated_dataloader(self.train_dataloader, self.config.data)
         self.train_dataloader_it = None
+        hints = getattr(self.train_dataloader.sampler, "hints", None)
+        if hints is not None:
+            hints.check_prompt_length(self.tokenizer, int(self.config.actor_rollout_ref.rollout.prompt_length))
 
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
