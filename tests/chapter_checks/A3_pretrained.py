@@ -140,3 +140,5 @@ def check(records):
             check_family(rows, precise["family"], precise["repeats"])
         assert set(precise["sd_4_to_16"]) == set(precise["table"]["final"])
         assert all(s4 > 0 and s16 > 0 for s4, s16 in precise["sd_4_to_16"].values())
+        assert set(precise["same_training"]) == {"uniform", "uniform_aa", "insight", "combined", "combined_failures"}
+        assert all(0 <= n <= 8 for n in precise["same_training"].values())
