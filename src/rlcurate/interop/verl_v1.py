@@ -329,7 +329,6 @@ class CuratedPPOTrainer(PPOTrainerSync):
         super().__init__(config)
 
     def _init_dataloader(self):
-        refuse_unhostable(self.config)
         super()._init_dataloader()
         self.train_dataloader = curated_dataloader(self.train_dataloader, self.config.data)
         self.train_dataloader_it = None
