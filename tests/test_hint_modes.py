@@ -332,6 +332,30 @@ def test_modes_a_task_cannot_place_are_refused_with_one_value_error(tok):
         SageSampler(hint_source="task").check_task(SolutionTask(["add2"], n_train=1, n_test=1))
 
 
+def test_another_trainer_writes_only_the_tasks_own_hints_and_in_the_user_turn_where_it_renders_the_chat():
+    """rlcurate.interop._core.check_task_hints, the one rule TRL, verl 0.7's rollout wrapper and verl 0.9's
+    trainer apply (appendix A2)."""
+    from rlcurate.interop._core import check_task_hints
+
+    tiny, chat = ArithmeticTask(["add2"], n_train=2, n_test=1), ArithmeticTask(["add2"], style="chat", n_train=2, n_test=1)
+    for source, mode in [("auto", "auto"), ("task", "user"), ("auto", "user")]:
+        for chat_turns in (True, False):
+            check_task_hints(HintSource(source, mode=mode), chat, "here", chat_turns=chat_turns)
+    check_task_hints(HintSource("task", mode="prefix"), tiny, "TRL", chat_turns=False)  # TRL renders the text itself
+    with pytest.raises(ValueError, match=r"^verl: hint_mode 'prefix' writes into the assistant turn, which this "
+                                         r"trainer's chat template writes itself; only 'user' \(SAGE's own\)"):
+        check_task_hints(HintSource("task", mode="prefix"), tiny, "verl", chat_turns=True)
+    with pytest.raises(ValueError, match=r"^verl: task 'arithmetic' has no hint\(\) method, so hint_source 'auto' "
+                                         r"means hints the policy writes itself, which need this package's trainer; "
+                                         r"with hint_source: task"):
+        check_task_hints(HintSource("auto", mode="user"), SolutionTask(["add2"], n_train=1, n_test=1), "verl",
+                         chat_turns=True)
+    with pytest.raises(ValueError, match=r"^TRL: hint_source 'self' means hints the policy writes itself"):
+        check_task_hints(HintSource("self", mode="user"), chat, "TRL", chat_turns=False)
+    with pytest.raises(ValueError, match=r"^TRL: .*task 'arithmetic' takes hint_mode 'auto' or 'user'; 'prefix'"):
+        check_task_hints(HintSource("task", mode="prefix"), chat, "TRL", chat_turns=False)  # the task's own rule
+
+
 def test_hint_mode_is_a_strategy_option_listed_by_rlcurate_strategies(capsys):
     from rlcurate.cli import main
     from rlcurate.curation.registry import options

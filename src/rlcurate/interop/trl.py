@@ -92,8 +92,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from rlcurate.interop._core import (PROMPT_LEVEL_STRATEGIES, HostedRow, PromptSelection, foreign_parts,
-                                   problems_by_uid, resolve_selector)
+from rlcurate.interop._core import (PROMPT_LEVEL_STRATEGIES, HostedRow, PromptSelection, check_task_hints,
+                                   foreign_parts, problems_by_uid, resolve_selector)
 
 __all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts",
            "LOSS_TYPE_OF"]
@@ -538,10 +538,7 @@ class CuratedGRPOTrainer(GRPOTrainer):
             if self.task is None:
                 raise ValueError(f"strategy {name!r} in TRL needs task= (an rlcurate task: its hints and its "
                                  f"render(problem, tokenizer, hint=...) write the hinted prompts)")
-            if sampler.hints.kind(self.task) != "task":
-                raise ValueError(f"strategy {name!r} in TRL needs the task's own hints (task.hint); hints the policy "
-                                 f"writes itself need this package's trainer")
-            sampler.hints.check_task(self.task)
+            check_task_hints(sampler.hints, self.task, f"strategy {name!r} in TRL", chat_turns=False)
             if uid_column not in getattr(dataset, "column_names", ()) or not isinstance(dataset[0]["prompt"], str):
                 raise ValueError(f"strategy {name!r} in TRL needs a dataset of text prompts rendered by the task "
                                  f"(task.render) with the problems' uids in column {uid_column!r}")

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from rlcurate.interop._core import HostedRow, foreign_parts
+from rlcurate.interop._core import HostedRow, check_task_hints, foreign_parts
 from rlcurate.interop.verl import POOL_ADV_ESTIMATOR  # noqa: F401 - imports verl, registers the estimator
 
 __all__ = ["CuratedRollout", "HOSTED_IN_VERL"]
@@ -110,13 +110,7 @@ class CuratedRollout:
             if task is None or problems is None:
                 raise ValueError(f"strategy {self.curator.name!r} around verl needs task= and problems= (the task's "
                                  f"hints and chat turns write the hinted raw_prompt)")
-            if sampler.hints.kind(task) != "task":
-                raise ValueError(f"strategy {self.curator.name!r} around verl needs the task's own hints; hints the "
-                                 f"policy writes itself need this package's trainer")
-            if sampler.hints.render_mode not in (None, "user"):
-                raise ValueError(f"strategy {self.curator.name!r}: hint_mode {sampler.hints.render_mode!r} writes "
-                                 f"into the assistant turn; around verl only 'user' (SAGE's own) is possible")
-            sampler.hints.check_task(task)
+            check_task_hints(sampler.hints, task, f"strategy {self.curator.name!r} around verl", chat_turns=True)
         self.step_log: list[dict] = []
 
     def __getattr__(self, name):  # start_profile, wake_up, ...: the wrapped manager's

@@ -84,7 +84,7 @@ except ImportError as exc:
         "tested with verl 0.9.1. With verl 0.5 to 0.7.1 use rlcurate.interop.verl, the curriculum sampler "
         f"(appendix A2). Import failed: {exc}") from exc
 
-from rlcurate.interop._core import problems_by_uid
+from rlcurate.interop._core import check_task_hints, problems_by_uid
 from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, CurationSampler, _get, _plain
 
 __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
@@ -134,14 +134,7 @@ class HintSchedule:
             raise ValueError(f"{TRAINER_NAME}: data.sampler.hints needs task= (an rlcurate task name: its hints and "
                              "chat turns write the hinted raw_prompt)")
         task = get_task(cfg["task"], **(cfg.get("task_kwargs") or {}))
-        if sampler.hints.kind(task) != "task":
-            raise ValueError(f"{TRAINER_NAME}: task {cfg['task']!r} has no hint() method, so hint_source 'auto' means "
-                             "hints the policy writes itself, which need this package's trainer; with hint_source: task "
-                             "and hint_mode: user the hints are the reference solution's steps (SAGE's rule)")
-        if sampler.hints.render_mode not in (None, "user"):
-            raise ValueError(f"{TRAINER_NAME}: hint_mode {sampler.hints.render_mode!r} writes into the assistant turn; "
-                             "in verl only 'user' (SAGE's own) is possible")
-        sampler.hints.check_task(task)
+        check_task_hints(sampler.hints, task, TRAINER_NAME, chat_turns=True)
         return sampler, task, cfg
 
     @classmethod
