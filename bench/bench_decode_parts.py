@@ -1,10 +1,15 @@
 """Where a captured decode step's time goes on a GPU (appendix A1, *Benchmarks*; issue #31): the sampler
 (:func:`rlcurate.rollout.sampling.sample_next`, fp64 softmax and inverse CDF over the whole vocabulary)
-against the same inverse CDF in fp32, and the one-token forward alone replayed as a CUDA graph, at several
-batch sizes; plus two correctness checks on the device: the device uniforms equal the host's bit for bit,
-and with fp32 weights (no autocast) the captured path returns the growing cache's completions.
+against the same inverse CDF in fp32, and the one-token forward alone, eager and replayed as a CUDA graph,
+with ``transformers``' SDPA attention (keys and values expanded to every query head) and with the decode
+step's own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped heads kept), at several batch sizes;
+plus two correctness checks on the device: the device uniforms equal the host's bit for bit, and with fp32
+weights (no autocast) the captured path returns the growing cache's completions.
 
-    python3 bench/bench_decode_parts.py --arch Qwen/Qwen2.5-0.5B-Instruct --out data/bench/decode_parts_gpu.json
+    python3 bench/bench_decode_parts.py --arch Qwen/Qwen2.5-0.5B-Instruct --profile --out data/bench/decode_parts_gpu.json
+
+``--device cpu`` rehearses the script on a CPU (wall-clock timings, no graphs, a CPU profile): a check that
+it runs before device time is spent on it, not a measurement.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +30,13 @@ from bench_generate import make_prompts  # noqa: E402
 
 
 def cuda_ms(fn, iters=20, warmup=3):
+    if not torch.cuda.is_available():  # a CPU rehearsal: wall time
+        for _ in range(warmup):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return round((time.perf_counter() - t0) * 1000 / iters, 3)
     for _ in range(warmup):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -46,13 +59,16 @@ def profile_kernels(fn, calls: int = 5, top: int = 8) -> list[dict]:
     """The ``top`` CUDA kernels of ``fn`` by total device time, in ms per call, with calls per call."""
     from torch.profiler import ProfilerActivity, profile
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
-    events = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:top]
-    return [{"kernel": e.key[:120], "ms": round(e.device_time_total / 1000 / calls, 3), "per_call": e.count // calls}
+        sync()
+    total = (lambda e: e.device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    events = sorted(prof.key_averages(), key=lambda e: -total(e))[:top]
+    return [{"kernel": e.key[:120], "ms": round(total(e) / 1000 / calls, 3), "per_call": e.count // calls}
             for e in events]
 
 
@@ -63,17 +79,22 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--context", type=int, default=192, help="KV columns the forward attends over")
     ap.add_argument("--profile", action="store_true",
-                    help="also profile the eager forward at the largest --rows: the largest CUDA kernels")
+                    help="also profile the forward at the largest --rows, with each attention: the largest kernels")
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only rehearses the script")
+    ap.add_argument("--correctness-rows", type=int, default=64, help="completions of the fp32 correctness check")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     from rlcurate.rollout import SamplingParams, TransformersEngine
-    from rlcurate.rollout.fixed_shape import KVBuffers, keys_as_int64, step_uniforms_device
+    from rlcurate.rollout.fixed_shape import (DECODE_ATTENTION, KVBuffers, _attention, keys_as_int64,
+                                              step_uniforms_device)
     from rlcurate.rollout.sampling import row_keys, sample_next, step_uniforms
 
-    dev = torch.device("cuda")
+    dev = torch.device(args.device)
+    on_gpu = dev.type == "cuda"
     model, tok, desc = build_model(args, dev)
     record = {**header("captured decode step: sampler vs forward, and device correctness checks"),
-              "model": desc, "device": torch.cuda.get_device_name(dev), "context_columns": args.context, "rows": []}
+              "model": desc, "device": torch.cuda.get_device_name(dev) if on_gpu else "cpu (a rehearsal)",
+              "context_columns": args.context, "rows": []}
     keys = row_keys(7, np.arange(1024), np.arange(1024) % 8)
     record["device_uniforms_equal_host"] = all(
         np.array_equal(step_uniforms(keys, t), step_uniforms_device(keys_as_int64(keys).to(dev),
@@ -81,15 +102,17 @@ def main(argv=None):
         for t in (0, 1, 100, 2**33 + 3))
     # correctness with fp32 weights, no autocast: the kernels differ only in shapes
     model = model.float().to(dev).eval()
-    prompts = make_prompts(tok, 8, random.Random(0))
+    n_check = max(1, args.correctness_rows // 8)
+    prompts = make_prompts(tok, n_check, random.Random(0))
     params = SamplingParams(temperature=1.0, max_new_tokens=32)
     outs = {m: [c.token_ids for g in TransformersEngine(model, tok, eos_token_ids=(), decode=m).generate(
         prompts, 8, params, seed=0) for c in g] for m in ("dynamic", "captured")}
-    record["fp32_identical_completions"] = sum(a == b for a, b in zip(outs["dynamic"], outs["captured"])) / 64
-    record["fp32_identical_first_tokens"] = {
-        k: sum(a[:k] == b[:k] for a, b in zip(outs["dynamic"], outs["captured"])) / 64 for k in (1, 4, 16)}
+    pairs = list(zip(outs["dynamic"], outs["captured"]))
+    record["fp32_identical_completions"] = sum(a == b for a, b in pairs) / len(pairs)
+    record["fp32_identical_first_tokens"] = {k: sum(a[:k] == b[:k] for a, b in pairs) / len(pairs) for k in (1, 4, 16)}
     print("uniforms equal:", record["device_uniforms_equal_host"], "fp32 identical:",
           record["fp32_identical_completions"], record["fp32_identical_first_tokens"], flush=True)
+    write_json(record, args.out)
 
     model = model.to(torch.bfloat16)
     cfg = model.config
@@ -112,23 +135,32 @@ def main(argv=None):
             return model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                          use_cache=True, cache_position=cache.write_at, logits_to_keep=1).logits
 
+        def forward_grouped():  # the decode step's attention (DecodeStep.step)
+            with _attention(model.config, DECODE_ATTENTION):
+                return forward()
+
         with torch.inference_mode():
-            row["forward_eager_ms"] = cuda_ms(forward)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                forward()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                forward()
-            row["forward_graph_ms"] = cuda_ms(g.replay)
-            if args.profile and R == max(args.rows):
-                record["profile"] = profile_kernels(forward)
+            for name, fn in (("", forward), ("_decode_attention", forward_grouped)):
+                row[f"forward_eager{name}_ms"] = cuda_ms(fn)
+                if on_gpu:
+                    s = torch.cuda.Stream()
+                    s.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(s):
+                        fn()
+                    torch.cuda.current_stream().wait_stream(s)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        fn()
+                    row[f"forward_graph{name}_ms"] = cuda_ms(g.replay)
+                    del g
+                if args.profile and R == max(args.rows):
+                    record.setdefault("profile", {})[f"forward{name or '_sdpa'}"] = profile_kernels(fn)
         record["rows"].append(row)
         print(row, flush=True)
-        del cache, g
-        torch.cuda.empty_cache()
+        write_json(record, args.out)  # after every batch size: a later failure or timeout loses nothing
+        del cache
+        if on_gpu:
+            torch.cuda.empty_cache()
     write_json(record, args.out)
 
 
