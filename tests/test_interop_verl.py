@@ -184,6 +184,50 @@ def test_sampler_state_travels_with_the_dataloader_checkpoint(parquet, tokenizer
     assert json.loads(json.dumps(state)) == state
 
 
+def test_a_checkpoint_taken_mid_chunk_resumes_with_the_rest_of_the_chunk(parquet, tokenizer):
+    """verl 0.9 under DAPO fetches one prompt at a time from chunks of ``gen_batch_size``: a checkpoint can fall
+    inside a chunk, and the resumed run must hand out the prompts the uninterrupted one does, selecting when it does."""
+    from rlcurate.interop.verl import CurationSampler
+
+    cfg = data_config(parquet, strategy="mopps")
+    dataset = RLHFDataset(data_files=[str(parquet)], tokenizer=tokenizer, config=cfg)
+    rng = np.random.default_rng(4)
+
+    def feed(sampler, served):  # the rewards of the prompts served so far, once per whole chunk
+        if len(served) % BATCH == 0:
+            sampler.observe([sampler.data_source.dataframe["extra_info"][p]["index"] for p in served[-BATCH:]
+                             for _ in range(N_RESP)], rng_rewards[len(served) // BATCH - 1])
+
+    rng_rewards = [rng.integers(0, 2, size=BATCH * N_RESP).astype(float) for _ in range(N_PROMPTS // BATCH)]
+    full = CurationSampler(dataset, cfg, batch_size=BATCH)
+    uninterrupted = []
+    for p in full:
+        uninterrupted.append(p)
+        feed(full, uninterrupted)
+    assert len(uninterrupted) == N_PROMPTS // BATCH * BATCH
+
+    cut = BATCH + BATCH // 2 + 1  # inside the second chunk
+    first = CurationSampler(dataset, cfg, batch_size=BATCH)
+    served, it = [], iter(first)
+    for _ in range(cut):
+        served.append(next(it))
+        feed(first, served)
+    state = json.loads(json.dumps(first.state_dict()))  # what data.pt holds
+    assert state["pending"] == uninterrupted[cut:2 * BATCH]
+    resumed = CurationSampler(dataset, cfg, batch_size=BATCH)
+    resumed.load_state_dict(state)
+    for p in resumed:
+        served.append(p)
+        feed(resumed, served)
+    assert served == uninterrupted
+    assert resumed.selection.history[-1] == full.selection.history[-1]  # the last choice made on the same evidence
+    # a checkpoint saved before the rest of a chunk was kept (no "pending") still loads: a new chunk is chosen
+    old = {k: v for k, v in state.items() if k != "pending"}
+    again = CurationSampler(dataset, cfg, batch_size=BATCH)
+    again.load_state_dict(old)
+    assert len(list(again)) == (N_PROMPTS // BATCH - 2) * BATCH
+
+
 def test_prefilter_and_errors(parquet, tokenizer, tmp_path):
     audit = tmp_path / "mixed.jsonl"
     kept = ["add:13+8", "add:19+10", "add:22+11", "add:31+14"]

@@ -171,14 +171,19 @@ class CurationSampler(_SamplerBase):
                                          uids=uids, **kwargs)
         self.chunks_per_epoch = n // self.batch_size
         self._epoch_pos = 0  # chunks already chosen in the current epoch
+        self._pending: list[int] = []  # the chosen chunk's prompts not yet handed to the dataloader
         self.last_update: dict[int, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ sampling
     def __iter__(self):
-        for c in range(self._epoch_pos, self.chunks_per_epoch):  # a restored state resumes mid-epoch
-            chunk = self.selection.select(self.batch_size)
-            self._epoch_pos = c + 1
-            yield from chunk
+        # A chunk is chosen when its first prompt is needed and handed out one prompt at a time; what is left of
+        # it is part of the state, so a run resumed from a checkpoint taken mid-chunk (verl 0.9 under DAPO fetches
+        # one prompt at a time) trains on the prompts the uninterrupted run would have, and selects when it would.
+        while self._pending or self._epoch_pos < self.chunks_per_epoch:  # a restored state resumes mid-epoch
+            if not self._pending:
+                self._pending = list(self.selection.select(self.batch_size))  # a copy: the history keeps its own
+                self._epoch_pos += 1
+            yield self._pending.pop(0)
         self._epoch_pos = 0
 
     def __len__(self) -> int:
@@ -219,11 +224,12 @@ class CurationSampler(_SamplerBase):
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {"selection": self.selection.state_dict(), "epoch_pos": self._epoch_pos}
+        return {"selection": self.selection.state_dict(), "epoch_pos": self._epoch_pos, "pending": list(self._pending)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selection.load_state_dict(state["selection"])
         self._epoch_pos = int(state["epoch_pos"])
+        self._pending = [int(i) for i in state.get("pending", [])]  # absent from checkpoints before it was kept
 
 
 # ---------------------------------------------------------------------------------------------- advantages
