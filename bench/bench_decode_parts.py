@@ -1,8 +1,9 @@
 """Where a captured decode step's time goes on a GPU (appendix A1, *Benchmarks*; issue #31): the sampler
 (:func:`rlcurate.rollout.sampling.sample_next`, fp64 softmax and inverse CDF over the whole vocabulary)
-against the same inverse CDF in fp32, and the one-token forward alone, eager and replayed as a CUDA graph,
-with ``transformers``' SDPA attention (keys and values expanded to every query head) and with the decode
-step's own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped heads kept), at several batch sizes;
+against its two softmaxes alone and the same inverse CDF in fp32, and the one-token forward alone, eager
+and replayed as a CUDA graph, with ``transformers``' SDPA attention (keys and values expanded to every
+query head) and with the decode step's own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped
+heads kept), at several batch sizes;
 plus two correctness checks on the device: the device uniforms equal the host's bit for bit, and with fp32
 weights (no autocast) the captured path returns the growing cache's completions.
 
@@ -123,6 +124,8 @@ def main(argv=None):
         u = torch.rand(R, dtype=torch.float64, device=dev)
         row = {"rows": R,
                "sampler_fp64_ms": cuda_ms(lambda: sample_next(logits, 1.0, 0, 1.0, u)),
+               "softmax_fp64_ms": cuda_ms(lambda: torch.softmax(logits.double(), dim=-1)),
+               "log_softmax_fp32_ms": cuda_ms(lambda: torch.log_softmax(logits, dim=-1)),
                "sampler_fp32_ms": cuda_ms(lambda: sample_fp32(logits, u))}
         cache = KVBuffers.allocate(cfg.num_hidden_layers, R, cfg.num_key_value_heads, args.context, head_dim,
                                    head_dim, torch.bfloat16, dev)

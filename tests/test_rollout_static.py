@@ -269,3 +269,25 @@ def test_a_bf16_rollout_copy_follows_the_trained_weights(tiny, tmp_path):
                for d, s in zip(trainer.engine.model.parameters(), trainer.model.parameters()))
     with pytest.raises(UserError, match="rollout_weights must be one of train, bf16"):
         TrainConfig(rollout_weights="fp16")
+
+
+@pytest.mark.parametrize("arch", ["Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-Math-1.5B", "Qwen/Qwen3-0.6B"])
+def test_the_gpu_configs_architectures_decode_the_same_tokens_captured(tiny, arch):
+    """The GPU configurations decode with ``decode: captured``: each of their architectures (two layers,
+    the real attention shapes: heads, grouped key-value heads, head size, Qwen3's query and key norms;
+    random fp32 weights, a 64-token vocabulary) samples the growing cache's tokens on the fixed-shape path."""
+    from transformers import AutoModelForCausalLM
+
+    from rlcurate.models.architectures import hf_config
+
+    _, tok, prompts = tiny
+    torch.manual_seed(0)
+    config = hf_config(arch, num_hidden_layers=2, intermediate_size=128, vocab_size=64,
+                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    a, lpa, _ = _tokens(TransformersEngine(model, tok, eos_token_ids=()), prompts[:3], 3, params)
+    b, lpb, _ = _tokens(TransformersEngine(model, tok, eos_token_ids=(), decode="captured"), prompts[:3], 3, params)
+    assert a == b and len(a[0][0]) == 12
+    assert np.allclose(np.concatenate([np.ravel(x) for g in lpa for x in g]),
+                       np.concatenate([np.ravel(x) for g in lpb for x in g]), atol=1e-5)

@@ -242,14 +242,19 @@ class DecodeStep:
         self.length.add_((~self.finished).long())
         self.finished.logical_or_(torch.isin(tok, self.eos))
         self.mask.index_fill_(1, self.cache.write_at, True)
+        self.forward(tok)
+        self.t.add_(1)
+        self.cache.write_at.add_(1)
+        self.position.add_(1)
+
+    def forward(self, tok: torch.Tensor):
+        """The one-token forward of :meth:`step`: writes column ``write_at`` of the cache and the logits.
+        (What ``decode="compiled"`` compiles; the sampler stays eager, see :class:`FixedShapeDecoder`.)"""
         with _attention(self.model.config, DECODE_ATTENTION):
             out = self.model(input_ids=tok[:, None], attention_mask=self.mask[:, None, None, :],
                              position_ids=self.position[:, None], past_key_values=self.cache, use_cache=True,
                              cache_position=self.cache.write_at, logits_to_keep=1)
         self.logits.copy_(out.logits[:, -1, :])
-        self.t.add_(1)
-        self.cache.write_at.add_(1)
-        self.position.add_(1)
 
     def capture(self, warmup: int = 2):
         """Record :meth:`step` as a CUDA graph (after ``warmup`` eager steps on a side stream, as CUDA
@@ -283,9 +288,12 @@ class FixedShapeDecoder:
     """The persistent cache and the per-bucket steps of one engine (see the module docstring).
 
     ``mode``: ``"static"`` runs the step eagerly; ``"captured"`` replays it as a CUDA graph on a GPU
-    (eagerly elsewhere); ``"compiled"`` compiles it with ``torch.compile`` (inductor) and, on a GPU, replays
-    the compiled step as a CUDA graph. ``compile_backend`` is for tests (``"eager"`` counts recompiles
-    without generating code).
+    (eagerly elsewhere); ``"compiled"`` compiles the step's one-token forward with ``torch.compile``
+    (inductor, fusing the norms, rotary embeddings, activations and residual adds) and, on a GPU, replays
+    the whole step as a CUDA graph. The sampler stays eager: inductor 2.11 fails to generate the fp64
+    cumulative sum over a 151,936-token vocabulary for CUDA (``data/bench/decode_compiled_h200.json``), and
+    left eager it is the same code on every path. ``compile_backend`` is for tests (a counting backend
+    counts recompiles without generating code).
     """
 
     def __init__(self, model, mode: str, sync_every: int = 8, compile_backend: str = "inductor"):
@@ -323,8 +331,7 @@ class FixedShapeDecoder:
             for name in ("recompile_limit", "cache_size_limit"):
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
-            s.step = torch.compile(s.step, backend=self.compile_backend, dynamic=False)
-            s.run = s.step
+            s.forward = torch.compile(s.forward, backend=self.compile_backend, dynamic=False)
         if self.mode in ("captured", "compiled") and s.logits.is_cuda:
             self.cache.write_at.zero_()  # the warm-up steps write a column there: keep it inside the cache
             s.capture()

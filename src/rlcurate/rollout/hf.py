@@ -86,7 +86,8 @@ class TransformersEngine(RolloutEngine):
             engine, each batch run in the bucket of rows of the next power of two, the host looking at
             the rows only every ``sync_every`` steps. ``"static"`` runs that step eagerly; ``"captured"``
             records it once per bucket as a CUDA graph and replays it (eager on a CPU); ``"compiled"``
-            compiles it with ``torch.compile`` and, on a GPU, replays the compiled step as a CUDA graph.
+            compiles its one-token forward with ``torch.compile`` (the sampler stays eager) and, on a GPU,
+            replays the step as a CUDA graph.
             Every path draws the same uniforms, so they sample the same tokens (up to float rounding
             between kernels, which can flip a near-tie; tests/test_rollout_static.py).
         sync_every: with fixed shapes, how many steps run between two looks at the finished rows and the
