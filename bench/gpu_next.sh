@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# The device checks issue #31 still needs, as one call of about nine minutes on one GPU, most important first
-# (each step has its own time limit and writes its JSON as it goes, so a step cut short keeps what it measured).
+# What the next GPU session measures first, as one call of about nine minutes, most important first (each
+# step has its own time limit and writes its JSON as it goes, so a step cut short keeps what it measured).
+# The two calls of 2026-11-26 on an H200 (data/bench/decode_*_h200.json, appendix A1) timed the captured step at
+# 64/256/1,024 rows and the compiled one at 256 rows only, and one trainer step of a 0.5B configuration; not yet:
 #
-#   1. where a decode step's time goes now: the one-token forward with transformers' SDPA attention against the
-#      decode step's own decode_attention (grouped-query heads, never timed on a GPU), eager and as a CUDA graph,
-#      with a kernel profile of each at 1,024 rows; the sampler fp64 vs fp32; the device correctness checks;
-#   2. eager (dynamic) vs captured at 64, 256 and 1,024 rows, the trainer's fp32 weights under autocast and a bf16
-#      copy, 128 new tokens (the issue's goal: at 256 rows at least 4x faster than eager, at most 8 ms a step);
-#   3. the compiled step at 256 rows (bf16 weights), never timed on a GPU;
-#   4. one full trainer step with the captured decode (rlcurate dryrun), for the planner's decode rate.
-#
-# The device machine has no network and no ../shared: copy the Qwen tokenizer and GSM8K (21 MB) into .devdata/
-# (ignored by git) and carry it, then run, from this machine:
-#   mkdir -p .devdata && cp -r ../shared/data/{qwen2.5-tokenizer,gsm8k} .devdata/
+#   1. the compiled step at 64 and 1,024 rows against eager and captured (bf16 weights), 128 new tokens;
+#   2. one full trainer step with decode=compiled (rlcurate dryrun), for the planner's compiled rate;
+#   3. the captured step of the 1.5B MATH configuration at its 2,048-token length (half its batch, the token
+#      budget the planner fits: 262,144), to check the planner's captured rate scaled to a wider, deeper model
+#      and a longer context;
+#   4. the sampler's parts at 256 and 1,024 rows, for a regression check.
+# The device machine has no network and no ../shared: copy the Qwen tokenizer, GSM8K and MATH (28 MB) into
+# .devdata/ (ignored by git) and carry it. The tracked tree is over the 64 MiB that travels: take data/runs and
+# data/tiny out of the index for the call (nothing here reads them) and put them back after. From this machine:
+#   mkdir -p .devdata && cp -r ../shared/data/{qwen2.5-tokenizer,gsm8k,math500,math_train_l3to5} .devdata/
+#   git rm -r -q --cached data/runs data/tiny && printf '/data/runs/\n/data/tiny/\n' >> .git/info/exclude
 #   device run: command "bash bench/gpu_next.sh", carry [".devdata"], timeout_s 590; the JSONs come back from $OUT
+#   git reset -q data/runs data/tiny && sed -i '/^\/data\/runs\/$/d;/^\/data\/tiny\/$/d' .git/info/exclude
 # Rehearse on a CPU (tiny sizes, wall-clock numbers that mean nothing): RLCURATE_GPU_NEXT_REHEARSAL=1 bash bench/gpu_next.sh
 set -u
 OUT=${OUT:-/tmp/gpu_next}
@@ -36,14 +39,15 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, say how it ende
   echo "== $name: exit $? after $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
 }
 
-step parts 120 $PY bench/bench_decode_parts.py --device $DEV --arch $ARCH --rows $ROWS --context $CTX \
-    --correctness-rows $CHECK --profile --out "$OUT/decode_parts_gpu.json"
-step captured 240 $PY bench/bench_decode_cache.py --device $DEV --arch $ARCH --rows $ROWS \
-    --weights fp32-autocast bf16 --modes dynamic captured --new-tokens $TOKENS --repeats $REPEATS \
-    --threads $THREADS --out "$OUT/decode_captured_gpu.json"
-step compiled 120 $PY bench/bench_decode_cache.py --device $DEV --arch $ARCH --rows $ROWS_MID \
-    --weights bf16 --modes dynamic compiled --new-tokens $TOKENS --repeats $REPEATS --threads $THREADS \
+step compiled 200 $PY bench/bench_decode_cache.py --device $DEV --arch $ARCH --rows ${ROWS%% *} ${ROWS##* } \
+    --weights bf16 --modes dynamic captured compiled --new-tokens $TOKENS --repeats $REPEATS --threads $THREADS \
     --out "$OUT/decode_compiled_gpu.json"
 if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_prompts=64"; else FULL="--layers 2 --device cpu"; fi
-step trainer 100 $PY -m rlcurate.cli dryrun --config configs/gpu_grpo_qwen25_05b_gsm8k.yaml $FULL \
-    --set decode=captured --json "$OUT/dryrun_captured_gpu.json"
+step trainer 120 $PY -m rlcurate.cli dryrun --config configs/gpu_grpo_qwen25_05b_gsm8k.yaml $FULL \
+    --set decode=compiled --json "$OUT/dryrun_compiled_gpu.json"
+if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_prompts=8"; else FULL="--layers 1 --device cpu"; fi
+step math 120 $PY -m rlcurate.cli dryrun --config configs/gpu_e2e_qwen25_math_15b.yaml $FULL \
+    --set decode=captured --set gen_token_budget=262144 --set prompts_per_step=32 \
+    --json "$OUT/dryrun_math15b_captured_gpu.json"
+step parts 60 $PY bench/bench_decode_parts.py --device $DEV --arch $ARCH --rows $ROWS_MID ${ROWS##* } \
+    --context $CTX --correctness-rows $CHECK --out "$OUT/decode_parts_gpu.json"

@@ -67,8 +67,39 @@ def test_memory_terms_add_up_and_grow_with_the_micro_batch():
     assert plan_config(config).memory["reference"] == 4 * small.params
     config.rollout_weights = "bf16"  # a bf16 copy for rollouts: 2 bytes a parameter more
     assert plan_config(config).memory["rollout_copy"] == 2 * small.params
+    config.decode = "dynamic"
+    bf16_kv = plan_config(config).memory["gen_kv_cache"]
     config.dtype = "fp32"  # no autocast: the KV cache in fp32, twice the bytes (KV_DTYPE_BYTES)
-    assert plan_config(config).memory["gen_kv_cache"] == pytest.approx(2 * small.memory["gen_kv_cache"])
+    assert plan_config(config).memory["gen_kv_cache"] == pytest.approx(2 * bf16_kv)
+
+
+def test_a_captured_decode_holds_its_cache_through_training_and_decodes_faster():
+    """decode captured: the persistent cache (the largest batch's bucket of rows x the longest prompt plus
+    max_new_tokens, in 64s) and the step state are static terms, added to training's peak; the decode step is
+    charged the H200 trainer's captured rate, the bf16 rollout copy's lower one, instead of the eager loop's."""
+    from rlcurate.models.architectures import hf_config
+    from rlcurate.plan import KV_DTYPE_BYTES, kv_bytes_per_token
+
+    config = TrainConfig.load(REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml")
+    assert config.decode == "captured"
+    captured = plan_config(config)
+    config.decode = "dynamic"
+    eager = plan_config(config)
+    p_min, _, p_max = PROMPT_TOKENS["gsm8k"]
+    arch = hf_config(config.model)
+    cols = -(-(p_max + config.max_new_tokens) // 64) * 64  # 243 + 512 -> 768
+    assert captured.memory["decode_cache"] == kv_bytes_per_token(arch, KV_DTYPE_BYTES["auto"]) * 512 * cols
+    assert "gen_kv_cache" not in captured.memory and "decode_cache" not in eager.memory
+    static = sum(v for k, v in captured.memory.items() if not k.startswith(("train_", "gen_")))
+    train = sum(v for k, v in captured.memory.items() if k.startswith("train_"))
+    assert captured.peak_bytes == pytest.approx(static + train)
+    assert eager.seconds["generate_per_step"] > 4 * captured.seconds["generate_per_step"]
+    config.decode, config.rollout_weights = "captured", "bf16"
+    assert plan_config(config).seconds["generate_per_step"] < captured.seconds["generate_per_step"]
+    # a cache too large to hold through training: the advice names decode dynamic
+    config.gen_token_budget, config.max_new_tokens = 4 * 1048576, 4096
+    refused = plan_config(config)
+    assert not refused.fits and any(a.startswith("decode: dynamic") for a in refused.advice)
 
 
 def test_predicted_activations_match_the_h100_measurements():

@@ -12,7 +12,10 @@ architecture, and a verdict (appendix A1, *Memory* and *Planning a GPU run*).
                 + the prompt pass + each row's copy of its prompt's keys and values + a backward
                 transient (fitted on the H100: 1.5 GiB + c x one layer's activations per token)
     generation  the KV cache of gen_token_budget tokens (bf16 under autocast: KV_DTYPE_BYTES) + the sampler's
-                fp32 logits
+                fp32 logits; with decode captured or compiled these are static instead, held for the
+                whole run: the persistent cache of the largest batch's bucket of rows by the longest
+                prompt plus max_new_tokens, and each recorded bucket's step state
+                (:mod:`rlcurate.rollout.fixed_shape`)
 
 The largest micro-batch packs ``micro_batch_tokens // (shortest prompt + max_new_tokens)`` rows of
 ``max_new_tokens`` each (:func:`rlcurate.policy.batching.plan_micro_batches`): short prompts let more
@@ -59,15 +62,31 @@ PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
 }
 
 
-# Time, from the H100 measurements (appendix A1, *Benchmarks*): the trainer's decode loop (eager
-# transformers, fp32 master weights under autocast) is bound by per-step overhead, not bandwidth:
+# Time of one decode step: a part per layer plus a part per row, by decode path (appendix A1, *Benchmarks*).
+# Eager (decode "dynamic" or "static"), from the H100: the loop is bound by per-step overhead, not bandwidth:
 # 44 ms per step at 256 rows for the 24-layer 0.5B model in the dry run (data/bench/dryrun_h100_grpo_05b.json;
-# 22.5 s for 511 steps), of which 0.012 ms per row (bench_gpu_throughput's slope over 8-1024 rows); the
-# per-layer part is scaled with depth. Training runs at the bench's steady-state share of the matmul
+# 22.5 s for 511 steps), of which 0.012 ms per row (bench_gpu_throughput's slope over 8-1024 rows).
+# Captured (decode "captured"; "compiled" charged the same, an upper bound: its step was 3.7 against 5.7 ms at
+# 256 rows, data/bench/decode_compiled_h200.json, and it has not run in the trainer), from the H200: the trainer's
+# dry run generated 256 rows x 512 steps in 4.16 s with the trained weights under autocast and 3.58 s with the bf16
+# rollout copy (data/bench/dryrun_h200_grpo_05b_decode.json), of which 0.0088 ms per row (the captured step's
+# slope from 64 to 1,024 rows, data/bench/decode_captured_h200.json); a captured step decodes its bucket's rows.
+# The per-layer part is scaled with depth. Both were measured at 512 new tokens: the attention over a longer
+# context costs more per step and is not modelled. Training runs at the bench's steady-state share of the matmul
 # limit, 0.258 of 774 TFLOP/s at 6 FLOPs per parameter and position.
-DECODE_S_PER_LAYER = (0.044 - 256 * 1.2e-5) / 24
-DECODE_S_PER_ROW = 1.2e-5
+DECODE_S_PER_ROW = {"eager": 1.2e-5, "captured": 8.8e-6}
+DECODE_S_PER_LAYER = {"eager": (0.044 - 256 * DECODE_S_PER_ROW["eager"]) / 24,
+                      "captured": (4.16 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24,
+                      "captured_bf16_copy": (3.58 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24}
 TRAIN_MATMUL_SHARE = 0.258
+
+
+def decode_rates(config) -> tuple[float, float, bool]:
+    """(seconds per layer, seconds per row, whether the rows are bucketed) of one decode step of ``config``."""
+    if config.decode in ("captured", "compiled"):
+        per_layer = DECODE_S_PER_LAYER["captured_bf16_copy" if config.rollout_weights == "bf16" else "captured"]
+        return per_layer, DECODE_S_PER_ROW["captured"], True
+    return DECODE_S_PER_LAYER["eager"], DECODE_S_PER_ROW["eager"], False
 
 
 def param_count(config) -> int:
@@ -134,6 +153,7 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
     :mod:`rlcurate.models.architectures` by ``config.model``); ``prompt_tokens`` is (shortest, mean, longest)
     (default :data:`PROMPT_TOKENS` of the task)."""
     from rlcurate.models.architectures import hf_config
+    from rlcurate.rollout.fixed_shape import bucket_rows
 
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
@@ -171,8 +191,21 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
              "transient": 1.5 * GiB + c_transient * a_layer * tokens}
     gen_rows = max(1, config.gen_token_budget // (p_mean + L))
     kv_token = kv_bytes_per_token(arch, KV_DTYPE_BYTES[config.dtype])
-    generation = {"kv_cache": kv_token * config.gen_token_budget,
-                  "logits": 3 * 4 * gen_rows * arch.vocab_size}
+    per_layer_s, per_row_s, bucketed = decode_rates(config)
+    per_step_rollouts = config.prompts_per_step * config.group_size
+    eval_rollouts = config.eval_prompts * config.eval_samples
+    generation = {"kv_cache": kv_token * config.gen_token_budget, "logits": 3 * 4 * gen_rows * arch.vocab_size}
+    if bucketed:
+        # held from the first generation to the end of the run, training included (rlcurate.rollout.fixed_shape):
+        # the cache of the largest batch's bucket of rows x (longest prompt + L, in 64s), and per recorded bucket
+        # (a step's and an evaluation's) the step's fp32 logits and its graph's [rows, vocab] tensors (the
+        # forward's fp32 logits, the sampler's three fp64 ones): 32 bytes a row and token of the vocabulary,
+        # counted, not measured
+        most_rows = min(config.gen_token_budget // (p_min + L), max(per_step_rollouts, eval_rollouts))
+        memory["decode_cache"] = kv_token * bucket_rows(most_rows) * -(-(p_max + L) // 64) * 64
+        buckets = {bucket_rows(min(r, most_rows)) for r in (per_step_rollouts, eval_rollouts) if r > 0}
+        memory["decode_state"] = 32 * arch.vocab_size * sum(buckets)
+        generation = {"logits": 0.0}
     static = sum(memory.values())
     train_total, gen_total = sum(train.values()), sum(generation.values())
     memory.update({f"train_{k}": v for k, v in train.items()})
@@ -180,7 +213,6 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
     peak = static + max(train_total, gen_total)
 
     # ---------------------------------------------------------------- time
-    per_step_rollouts = config.prompts_per_step * config.group_size
     rollouts = per_step_rollouts * config.steps  # steps >= 1: the config refuses anything else
     if config.max_rollouts:
         rollouts = min(rollouts, config.max_rollouts)
@@ -189,14 +221,13 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
         if n_rollouts <= 0:
             return 0.0
         batches = math.ceil(n_rollouts / gen_rows)
-        rows_per_batch = n_rollouts / batches
-        return batches * L * (DECODE_S_PER_LAYER * layers + DECODE_S_PER_ROW * rows_per_batch)
+        rows_per_batch = bucket_rows(math.ceil(n_rollouts / batches)) if bucketed else n_rollouts / batches
+        return batches * L * (per_layer_s * layers + per_row_s * rows_per_batch)
 
     train_flops = 6.0 * n * per_step_rollouts * (L + p_mean / max(config.group_size, 1))
     train_s = train_flops * config.update_epochs / (card["bf16_flops"] * TRAIN_MATMUL_SHARE)
     if gc:
         train_s *= 4 / 3
-    eval_rollouts = config.eval_prompts * config.eval_samples
     total_steps = max(1, math.ceil(rollouts / per_step_rollouts))
     n_evals = 0
     if config.eval_every_rollouts:
@@ -215,7 +246,12 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
                              "generation_rows": gen_rows, "rollouts": rollouts,
                              "steps": total_steps, "evaluations": n_evals,
                              "activation_bytes_per_token": a_tok,
-                             "time_model": "decode steps at max_new_tokens each (an upper bound); eager engine"})
+                             "time_model": "decode steps at max_new_tokens each (an upper bound); "
+                                           + ("captured decode step" if bucketed else "eager decode loop")})
+    if not plan.fits and bucketed:
+        held = (memory["decode_cache"] + memory["decode_state"]) / GiB
+        plan.advice.append(f"decode: dynamic (the {config.decode} step's cache and state, {held:.1f} GiB, are held "
+                           f"through training), or a smaller gen_token_budget")
     if not plan.fits:
         over = peak - card["memory"]
         if train_total >= gen_total:
