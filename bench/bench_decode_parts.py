@@ -1,10 +1,10 @@
 """Where a captured decode step's time goes on a GPU (appendix A1, *Benchmarks*; issue #31): the sampler
-(:func:`rlcurate.rollout.sampling.sample_next`, fp64 softmax and inverse CDF over the whole vocabulary)
-against its two softmaxes alone and the same inverse CDF in fp32, and the one-token forward alone, eager
-and replayed as a CUDA graph, with ``transformers``' SDPA attention (keys and values expanded to every
-query head) and with the decode step's own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped
-heads kept), at several batch sizes;
-plus two correctness checks on the device: the device uniforms equal the host's bit for bit, and with fp32
+(:func:`rlcurate.rollout.sampling.sample_next`: on a GPU the fused Triton kernel) against its tensor path
+(fp64 softmax and inverse CDF over the whole vocabulary), that path's two softmaxes alone and the same
+inverse CDF in fp32, and the one-token forward alone, eager and replayed as a CUDA graph, with
+``transformers``' SDPA attention (keys and values expanded to every query head) and with the decode step's
+own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped heads kept), at several batch sizes; plus
+two correctness checks on the device: the device uniforms equal the host's bit for bit, and with fp32
 weights (no autocast) the captured path returns the growing cache's completions.
 
     python3 bench/bench_decode_parts.py --arch Qwen/Qwen2.5-0.5B-Instruct --profile --out data/bench/decode_parts_gpu.json
@@ -88,7 +88,7 @@ def main(argv=None):
     from rlcurate.rollout import SamplingParams, TransformersEngine
     from rlcurate.rollout.fixed_shape import (DECODE_ATTENTION, KVBuffers, _attention, keys_as_int64,
                                               step_uniforms_device)
-    from rlcurate.rollout.sampling import row_keys, sample_next, step_uniforms
+    from rlcurate.rollout.sampling import row_keys, sample_next, sample_next_tensors, step_uniforms
 
     dev = torch.device(args.device)
     on_gpu = dev.type == "cuda"
@@ -124,6 +124,9 @@ def main(argv=None):
         u = torch.rand(R, dtype=torch.float64, device=dev)
         row = {"rows": R,
                "sampler_fp64_ms": cuda_ms(lambda: sample_next(logits, 1.0, 0, 1.0, u)),
+               "sampler_tensors_ms": cuda_ms(lambda: sample_next_tensors(logits, 1.0, 0, 1.0, u)),
+               "sampler_same_tokens": bool(torch.equal(sample_next(logits, 1.0, 0, 1.0, u)[0],
+                                                       sample_next_tensors(logits, 1.0, 0, 1.0, u)[0])),
                "softmax_fp64_ms": cuda_ms(lambda: torch.softmax(logits.double(), dim=-1)),
                "log_softmax_fp32_ms": cuda_ms(lambda: torch.log_softmax(logits, dim=-1)),
                "sampler_fp32_ms": cuda_ms(lambda: sample_fp32(logits, u))}

@@ -4,12 +4,13 @@
 # The two calls of 2026-11-26 on an H200 (data/bench/decode_*_h200.json, appendix A1) timed the captured step at
 # 64/256/1,024 rows and the compiled one at 256 rows only, and one trainer step of a 0.5B configuration; not yet:
 #
-#   1. the compiled step at 64 and 1,024 rows against eager and captured (bf16 weights), 128 new tokens;
-#   2. one full trainer step with decode=compiled (rlcurate dryrun), for the planner's compiled rate;
-#   3. the captured step of the 1.5B MATH configuration at its 2,048-token length (half its batch, the token
+#   1. the fused Triton sampler (rlcurate.rollout.fused_sampler, never compiled for a GPU yet): its tests
+#      (tests/test_fused_sampler.py), then the sampler's parts at 256 and 1,024 rows against the tensor path;
+#   2. the compiled step at 64 and 1,024 rows against eager and captured (bf16 weights), 128 new tokens;
+#   3. one full trainer step with decode=compiled (rlcurate dryrun), for the planner's compiled rate;
+#   4. the captured step of the 1.5B MATH configuration at its 2,048-token length (half its batch, the token
 #      budget the planner fits: 262,144), to check the planner's captured rate scaled to a wider, deeper model
-#      and a longer context;
-#   4. the sampler's parts at 256 and 1,024 rows, for a regression check.
+#      and a longer context.
 # The device machine has no network and no ../shared: copy the Qwen tokenizer, GSM8K and MATH (28 MB) into
 # .devdata/ (ignored by git) and carry it. The tracked tree is over the 64 MiB that travels: take data/runs and
 # data/tiny out of the index for the call (nothing here reads them) and put them back after. From this machine:
@@ -39,7 +40,10 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, say how it ende
   echo "== $name: exit $? after $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
 }
 
-step compiled 200 $PY bench/bench_decode_cache.py --device $DEV --arch $ARCH --rows ${ROWS%% *} ${ROWS##* } \
+step fused 60 $PY -m pytest -q -p no:cacheprovider tests/test_fused_sampler.py
+step parts 60 $PY bench/bench_decode_parts.py --device $DEV --arch $ARCH --rows $ROWS_MID ${ROWS##* } \
+    --context $CTX --correctness-rows $CHECK --out "$OUT/decode_parts_gpu.json"
+step compiled 180 $PY bench/bench_decode_cache.py --device $DEV --arch $ARCH --rows ${ROWS%% *} ${ROWS##* } \
     --weights bf16 --modes dynamic captured compiled --new-tokens $TOKENS --repeats $REPEATS --threads $THREADS \
     --out "$OUT/decode_compiled_gpu.json"
 if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_prompts=64"; else FULL="--layers 2 --device cpu"; fi
@@ -49,5 +53,3 @@ if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_promp
 step math 120 $PY -m rlcurate.cli dryrun --config configs/gpu_e2e_qwen25_math_15b.yaml $FULL \
     --set decode=captured --set gen_token_budget=262144 --set prompts_per_step=32 \
     --json "$OUT/dryrun_math15b_captured_gpu.json"
-step parts 60 $PY bench/bench_decode_parts.py --device $DEV --arch $ARCH --rows $ROWS_MID ${ROWS##* } \
-    --context $CTX --correctness-rows $CHECK --out "$OUT/decode_parts_gpu.json"

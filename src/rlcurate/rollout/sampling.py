@@ -7,7 +7,9 @@ Two pieces, both pure functions so they can be tested on their own:
   tokens do not depend on which other rows share its batch, on the token budget or on batch order.
 * :func:`sample_next` turns next-token logits into a token and its log-probability: temperature,
   then top-k, then top-p (each on the distribution left by the previous step), then inverse-CDF
-  sampling with the given uniforms.
+  sampling with the given uniforms. On a GPU, temperature-only sampling runs one Triton kernel
+  (:mod:`rlcurate.rollout.fused_sampler`) instead of five vocabulary-wide tensors; elsewhere, and with
+  top-k or top-p, :func:`sample_next_tensors`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,19 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
     greedy, ``log softmax(logits)`` at the argmax). The token is the inverse CDF of the truncated,
     renormalised distribution at ``u`` [B]: the first token whose cumulative probability exceeds ``u``.
     """
+    if temperature > 0 and not 0 < top_k < logits.shape[-1] and top_p >= 1.0 and logits.is_cuda \
+            and _fused_ok(logits.device):
+        from . import fused_sampler
+
+        return fused_sampler.sample_rows(logits, temperature, torch.as_tensor(u, dtype=torch.float64))
+    return sample_next_tensors(logits, temperature, top_k, top_p, u)
+
+
+def sample_next_tensors(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                        u) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_next` with torch tensor operations only: what it runs on a CPU, with top-k or top-p,
+    and wherever Triton is missing (on a GPU, temperature-only sampling runs
+    :mod:`rlcurate.rollout.fused_sampler`, the same tokens up to fp64 rounding)."""
     logits = logits.float()
     if temperature == 0:
         tokens = torch.argmax(logits, dim=-1)
@@ -97,3 +112,26 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
         target = torch.as_tensor(u, dtype=torch.float64, device=logits.device).reshape(-1, 1) * cdf[:, -1:]
         tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+_FUSED: list[bool] = []
+
+
+def _fused_ok(device) -> bool:
+    """Whether the fused kernel is used on a GPU: Triton is importable and the kernel compiled at its first
+    use (if it fails to compile, a warning says so once and the tensor path is used from then on)."""
+    if not _FUSED:
+        from . import fused_sampler
+
+        ok = fused_sampler.triton is not None
+        if ok:
+            try:
+                fused_sampler.sample_rows(torch.zeros(1, 8, device=device), 1.0, torch.zeros(1, dtype=torch.float64))
+            except Exception as exc:  # a Triton that cannot build it here: keep the tensor path
+                import warnings
+
+                warnings.warn(f"the fused sampler did not compile ({type(exc).__name__}: {exc}); "
+                              "sampling with torch tensor operations", RuntimeWarning, stacklevel=3)
+                ok = False
+        _FUSED.append(ok)
+    return _FUSED[0]
