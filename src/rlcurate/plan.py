@@ -199,8 +199,8 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
         # held from the first generation to the end of the run, training included (rlcurate.rollout.fixed_shape):
         # the cache of the largest batch's bucket of rows x (longest prompt + L, in 64s), and per recorded bucket
         # (a step's and an evaluation's) the step's fp32 logits and its graph's [rows, vocab] tensors (the
-        # forward's fp32 logits, the sampler's three fp64 ones): 32 bytes a row and token of the vocabulary,
-        # counted, not measured
+        # forward's fp32 logits, the tensor sampler's three fp64 ones; the fused sampler writes none, so an upper
+        # bound): 32 bytes a row and token of the vocabulary, counted, not measured
         most_rows = min(config.gen_token_budget // (p_min + L), max(per_step_rollouts, eval_rollouts))
         memory["decode_cache"] = kv_token * bucket_rows(most_rows) * -(-(p_max + L) // 64) * 64
         buckets = {bucket_rows(min(r, most_rows)) for r in (per_step_rollouts, eval_rollouts) if r > 0}
