@@ -1,7 +1,7 @@
 """Where a captured decode step's time goes on a GPU (appendix A1, *Benchmarks*; issue #31): the sampler
-(:func:`rlcurate.rollout.sampling.sample_next`: on a GPU the fused Triton kernel) against its tensor path
-(fp64 softmax and inverse CDF over the whole vocabulary), that path's two softmaxes alone and the same
-inverse CDF in fp32, and the one-token forward alone, eager and replayed as a CUDA graph, with
+(``sampler_fp64_ms``: :func:`rlcurate.rollout.sampling.sample_next_tensors`, fp64 softmax and inverse CDF
+over the whole vocabulary) against the fused Triton kernel (``sampler_fused_ms``, and whether it drew the
+same tokens), the tensor path's two softmaxes alone and the same inverse CDF in fp32, and the one-token forward alone, eager and replayed as a CUDA graph, with
 ``transformers``' SDPA attention (keys and values expanded to every query head) and with the decode step's
 own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped heads kept), at several batch sizes; plus
 two correctness checks on the device: the device uniforms equal the host's bit for bit, and with fp32
@@ -88,10 +88,15 @@ def main(argv=None):
     from rlcurate.rollout import SamplingParams, TransformersEngine
     from rlcurate.rollout.fixed_shape import (DECODE_ATTENTION, KVBuffers, _attention, keys_as_int64,
                                               step_uniforms_device)
-    from rlcurate.rollout.sampling import row_keys, sample_next, sample_next_tensors, step_uniforms
+    from rlcurate.rollout.sampling import row_keys, sample_next_tensors, step_uniforms
 
     dev = torch.device(args.device)
     on_gpu = dev.type == "cuda"
+    fused_sample = None
+    if on_gpu:
+        from rlcurate.rollout import fused_sampler
+        if fused_sampler.triton is not None:
+            fused_sample = fused_sampler.sample_rows
     model, tok, desc = build_model(args, dev)
     record = {**header("captured decode step: sampler vs forward, and device correctness checks"),
               "model": desc, "device": torch.cuda.get_device_name(dev) if on_gpu else "cpu (a rehearsal)",
@@ -123,10 +128,11 @@ def main(argv=None):
         logits = torch.randn(R, V, device=dev) * 0.02
         u = torch.rand(R, dtype=torch.float64, device=dev)
         row = {"rows": R,
-               "sampler_fp64_ms": cuda_ms(lambda: sample_next(logits, 1.0, 0, 1.0, u)),
-               "sampler_tensors_ms": cuda_ms(lambda: sample_next_tensors(logits, 1.0, 0, 1.0, u)),
-               "sampler_same_tokens": bool(torch.equal(sample_next(logits, 1.0, 0, 1.0, u)[0],
-                                                       sample_next_tensors(logits, 1.0, 0, 1.0, u)[0])),
+               "sampler_fp64_ms": cuda_ms(lambda: sample_next_tensors(logits, 1.0, 0, 1.0, u)),
+               "sampler_fused_ms": cuda_ms(lambda: fused_sample(logits, 1.0, u)) if fused_sample else None,
+               "sampler_fused_same_tokens": bool(torch.equal(fused_sample(logits, 1.0, u)[0],
+                                                             sample_next_tensors(logits, 1.0, 0, 1.0, u)[0]))
+               if fused_sample else None,
                "softmax_fp64_ms": cuda_ms(lambda: torch.softmax(logits.double(), dim=-1)),
                "log_softmax_fp32_ms": cuda_ms(lambda: torch.log_softmax(logits, dim=-1)),
                "sampler_fp32_ms": cuda_ms(lambda: sample_fp32(logits, u))}

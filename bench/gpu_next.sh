@@ -4,8 +4,9 @@
 # The two calls of 2026-11-26 on an H200 (data/bench/decode_*_h200.json, appendix A1) timed the captured step at
 # 64/256/1,024 rows and the compiled one at 256 rows only, and one trainer step of a 0.5B configuration; not yet:
 #
-#   1. the fused Triton sampler (rlcurate.rollout.fused_sampler, never compiled for a GPU yet): its tests
-#      (tests/test_fused_sampler.py), then the sampler's parts at 256 and 1,024 rows against the tensor path;
+#   1. the fused Triton sampler (rlcurate.rollout.fused_sampler, off unless RLCURATE_FUSED_SAMPLER=1, never
+#      compiled for a GPU yet): its tests (tests/test_fused_sampler.py), then the sampler's parts at 256 and
+#      1,024 rows, fused against the tensor path (the steps below keep the default tensor sampler);
 #   2. the compiled step at 64 and 1,024 rows against eager and captured (bf16 weights), 128 new tokens;
 #   3. one full trainer step with decode=compiled (rlcurate dryrun), for the planner's compiled rate;
 #   4. the captured step of the 1.5B MATH configuration at its 2,048-token length (half its batch, the token

@@ -44,7 +44,9 @@ GiB = 2**30
 # ------------------------------------------------------------------------------------------ the machine
 # Memory a training process can use (the card's memory less ~1.5 GiB of CUDA context and allocator
 # slack), the copy bandwidth and dense bf16 matmul rate as measured on the H100 by
-# bench/bench_gpu_throughput.py (data/bench/gpu_h100.json), the vendor's figures for the others.
+# bench/bench_gpu_throughput.py (data/bench/gpu_h100.json), on the H200 as measured on this project's device
+# machines (a device-to-device copy and an 8192^3 bf16 matmul), the vendor's figures for the others. Only the
+# memory and the training time use them: the decode rates below are measured ones, not scaled by card.
 GPUS: dict[str, dict[str, float]] = {
     "h100-80gb": {"memory": 78.0 * GiB, "bandwidth": 2.90e12, "bf16_flops": 774e12},
     "h200": {"memory": 138.0 * GiB, "bandwidth": 4.3e12, "bf16_flops": 790e12},
@@ -71,8 +73,9 @@ PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
 # dry run generated 256 rows x 512 steps in 4.16 s with the trained weights under autocast and 3.58 s with the bf16
 # rollout copy (data/bench/dryrun_h200_grpo_05b_decode.json), of which 0.0088 ms per row (the captured step's
 # slope from 64 to 1,024 rows, data/bench/decode_captured_h200.json); a captured step decodes its bucket's rows.
-# The per-layer part is scaled with depth. Both were measured at 512 new tokens: the attention over a longer
-# context costs more per step and is not modelled. Training runs at the bench's steady-state share of the matmul
+# The per-layer part is scaled with depth; the intercepts were measured at 512 new tokens (the slopes at 256 and
+# 128), and a captured step attends its whole cache, so a larger cache (longer prompts, hints, max_new_tokens)
+# costs more per step than charged. Neither rate is scaled by card (--gpu changes memory and training time). Training runs at the bench's steady-state share of the matmul
 # limit, 0.258 of 774 TFLOP/s at 6 FLOPs per parameter and position.
 DECODE_S_PER_ROW = {"eager": 1.2e-5, "captured": 8.8e-6}
 DECODE_S_PER_LAYER = {"eager": (0.044 - 256 * DECODE_S_PER_ROW["eager"]) / 24,
@@ -201,8 +204,10 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
         # (a step's and an evaluation's) the step's fp32 logits and its graph's [rows, vocab] tensors (the
         # forward's fp32 logits, the tensor sampler's three fp64 ones; the fused sampler writes none, so an upper
         # bound): 32 bytes a row and token of the vocabulary, counted, not measured
+        # a hinting strategy (SAGE) writes up to hint_max_new_tokens of hint into the user turn: longer prompts
+        hint = int((config.strategy_kwargs or {}).get("hint_max_new_tokens", 0) or 0)
         most_rows = min(config.gen_token_budget // (p_min + L), max(per_step_rollouts, eval_rollouts))
-        memory["decode_cache"] = kv_token * bucket_rows(most_rows) * -(-(p_max + L) // 64) * 64
+        memory["decode_cache"] = kv_token * bucket_rows(most_rows) * -(-(p_max + hint + L) // 64) * 64
         buckets = {bucket_rows(min(r, most_rows)) for r in (per_step_rollouts, eval_rollouts) if r > 0}
         memory["decode_state"] = 32 * arch.vocab_size * sum(buckets)
         generation = {"logits": 0.0}

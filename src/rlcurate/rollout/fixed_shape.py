@@ -105,7 +105,9 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, dr
 
         out[b, h] = softmax(scaling * q[b, h] . K[b, h // g]^T  masked to the attended columns) V[b, h // g],
 
-    the scores and softmax in fp32. ``query`` [B, H, 1, D], ``key``/``value`` [B, Hkv, L, D],
+    the scores computed in the inputs' dtype (bf16 under the trainer's autocast: rounded to bf16, as
+    ``transformers``' eager attention does, where SDPA's fused kernels keep them in fp32), then cast to fp32
+    for the mask and softmax. ``query`` [B, H, 1, D], ``key``/``value`` [B, Hkv, L, D],
     ``attention_mask`` [B, 1, 1, L], boolean (True: attend) or additive. Returns ``(out [B, 1, H, D], None)``
     like ``transformers``' attention functions."""
     B, H, q_len, D = query.shape
@@ -290,9 +292,9 @@ class FixedShapeDecoder:
     ``mode``: ``"static"`` runs the step eagerly; ``"captured"`` replays it as a CUDA graph on a GPU
     (eagerly elsewhere); ``"compiled"`` compiles the step's one-token forward with ``torch.compile``
     (inductor, fusing the norms, rotary embeddings, activations and residual adds) and, on a GPU, replays
-    the whole step as a CUDA graph. The sampler stays eager: inductor 2.11 fails to generate the fp64
-    cumulative sum over a 151,936-token vocabulary for CUDA (``data/bench/decode_compiled_h200.json``), and
-    left eager it is the same code on every path. ``compile_backend`` is for tests (a counting backend
+    the whole step as a CUDA graph. The sampler stays eager: compiling it too failed in inductor 2.11's
+    CUDA code generation (``data/bench/decode_compiled_h200.json``; the fp64 cumulative sum over the
+    vocabulary is the suspect, not isolated), and left eager it is the same code on every path. ``compile_backend`` is for tests (a counting backend
     counts recompiles without generating code).
     """
 

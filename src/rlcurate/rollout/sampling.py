@@ -7,12 +7,15 @@ Two pieces, both pure functions so they can be tested on their own:
   tokens do not depend on which other rows share its batch, on the token budget or on batch order.
 * :func:`sample_next` turns next-token logits into a token and its log-probability: temperature,
   then top-k, then top-p (each on the distribution left by the previous step), then inverse-CDF
-  sampling with the given uniforms. On a GPU, temperature-only sampling runs one Triton kernel
-  (:mod:`rlcurate.rollout.fused_sampler`) instead of five vocabulary-wide tensors; elsewhere, and with
-  top-k or top-p, :func:`sample_next_tensors`.
+  sampling with the given uniforms, by :func:`sample_next_tensors`. With ``RLCURATE_FUSED_SAMPLER=1``,
+  temperature-only sampling on a GPU runs one Triton kernel instead (:mod:`rlcurate.rollout.fused_sampler`,
+  no vocabulary-wide tensor); it is off by default until it has been compiled, checked and timed on a GPU
+  (``bench/gpu_next.sh``).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import torch
@@ -88,7 +91,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
     renormalised distribution at ``u`` [B]: the first token whose cumulative probability exceeds ``u``.
     """
     if temperature > 0 and not 0 < top_k < logits.shape[-1] and top_p >= 1.0 and logits.is_cuda \
-            and _fused_ok(logits.device):
+            and os.environ.get("RLCURATE_FUSED_SAMPLER") == "1" and _fused_ok(logits.device):
         from . import fused_sampler
 
         return fused_sampler.sample_rows(logits, temperature, torch.as_tensor(u, dtype=torch.float64))
@@ -97,9 +100,9 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
 
 def sample_next_tensors(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
                         u) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`sample_next` with torch tensor operations only: what it runs on a CPU, with top-k or top-p,
-    and wherever Triton is missing (on a GPU, temperature-only sampling runs
-    :mod:`rlcurate.rollout.fused_sampler`, the same tokens up to fp64 rounding)."""
+    """:func:`sample_next` with torch tensor operations only: what it runs unless the fused GPU kernel is
+    switched on (module docstring; :mod:`rlcurate.rollout.fused_sampler` draws the same tokens up to fp64
+    rounding)."""
     logits = logits.float()
     if temperature == 0:
         tokens = torch.argmax(logits, dim=-1)

@@ -74,8 +74,8 @@ class TrainConfig:
     recorded once as a CUDA graph and replayed: on a GPU, where eager decoding is launch-bound) or
     ``compiled`` (captured, the step's forward compiled with ``torch.compile`` first). All sample the same
     tokens (tests/test_rollout_static.py). The fixed-shape cache is held for the whole run, training
-    included: ``rlcurate plan`` counts it. On H200 machines the trainer's generation took 4.2 s captured against
-    14.5 s dynamic (data/bench/dryrun_h200_grpo_05b_decode.json)."""
+    included: ``rlcurate plan`` counts it. On H200 machines (one run each, two sessions) the trainer's
+    generation took 4.2 s captured against 14.5 s dynamic (data/bench/dryrun_h200_grpo_05b_decode.json)."""
     report_to: Any = "none"
     """Where the metrics also stream (appendix A1): ``none``, ``tensorboard`` (``out_dir/tensorboard``),
     ``wandb`` (offline unless ``WANDB_MODE`` says otherwise; ``out_dir/wandb``), or a list of both; through the
