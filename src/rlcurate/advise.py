@@ -260,6 +260,17 @@ def _interval(r: dict[str, float]) -> str:
     return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
 
 
+def _holm(r: dict[str, float]) -> float:
+    p = r.get("p_holm")
+    return p if p is not None and math.isfinite(p) else 1.0
+
+
+def _beats(r: dict[str, float], alpha: float = 0.05) -> bool:
+    """Below 1 beyond the noise: the interval excludes 1 and the Holm-adjusted p across the arms is below
+    ``alpha`` (the intervals are per arm; a verdict over several arms needs the adjustment)."""
+    return r["high"] < 1 and _holm(r) < alpha
+
+
 def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
     if sim is not None and sim.get("unreached"):
         return (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of the "
@@ -279,15 +290,17 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
         parts[0] += ", little room"
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
         r = co[arm]
-        word = ("pays" if r["high"] < 1 else "costs more" if r["low"] > 1 else "is within the noise of uniform")
-        parts.append(f"{name} {word} in cost ({_interval(r)})")
+        word = ("pays" if _beats(r) else "costs more" if r["low"] > 1 and _holm(r) < 0.05
+                else "is within the noise of uniform")
+        parts.append(f"{name} {word} in cost ({_interval(r)}, Holm p {_holm(r):.3f})")
     g_arms = {int(a.split("_g")[1]): ro[a] for a in ro if a.startswith("uniform_g")}
-    better = {g: r for g, r in g_arms.items() if r["high"] < 1}
+    better = {g: r for g, r in g_arms.items() if _beats(r)}
     if better:
         g = min(better, key=lambda g: better[g]["ratio"])
-        parts.append(f"use G = {g} ({_interval(better[g])} of G = {group_size}'s rollouts)")
+        parts.append(f"use G = {g} ({_interval(better[g])} of G = {group_size}'s rollouts, Holm p "
+                     f"{_holm(better[g]):.3f})")
     else:
-        parts.append(f"no other group size beats G = {group_size} beyond the noise")
+        parts.append(f"no other group size beats G = {group_size} beyond the noise (Holm-adjusted)")
     return "; ".join(parts)
 
 
@@ -365,11 +378,13 @@ def render(a: Advice) -> str:
         s = a.sim
         lines += ["", f"simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit each): rollouts "
                       f"to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at G = {a.group_size}",
-                  f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'cost':>22}"]
+                  f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'Holm p':>8}{'cost':>22}{'Holm p':>8}"]
         for arm in s["ratios"]["rollouts"]:
             ro, co = s["ratios"]["rollouts"][arm], s["ratios"]["cost"][arm]
-            lines.append(f"{arm:<16}{s['lr'][arm]:>5g}{_interval(ro):>22}{_interval(co):>22}")
-        lines.append(f"cost = {s['currency']}; an interval that covers 1 is indistinguishable from noise")
+            lines.append(f"{arm:<16}{s['lr'][arm]:>5g}{_interval(ro):>22}{_holm(ro):>8.3f}{_interval(co):>22}"
+                         f"{_holm(co):>8.3f}")
+        lines.append(f"cost = {s['currency']}; 95% intervals per arm, p-values Holm-adjusted across the arms: "
+                     f"the verdict counts a difference only where both exclude noise")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
     lines.append(f"({a.seconds:.1f} s)")

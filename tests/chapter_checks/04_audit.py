@@ -14,7 +14,7 @@ def check(records):
     assert math.isclose(fq["binary_mean_min"], 0.45) and math.isclose(fq["binary_mean_max"], 0.50)
     assert math.isclose(fq["best_of_3"], 0.55) and math.isclose(fq["max_gain"], 0.10)
     assert math.isclose(fq["max_gap_graded"], 2 / 3)
-    assert fq["implied_always_wrong"] == 27 and (fq["implied_mixed_min"], fq["implied_mixed_max"]) == (21, 42)
+    assert fq["implied_always_wrong"] == 27 and (fq["implied_mixed_min"], fq["implied_mixed_max"]) == (21, 43)
 
     # the tiny audit: categories partition the prompts, best-of-4 >= mean
     tiny = records["tiny_audit"]
