@@ -1,9 +1,10 @@
 """Where a captured decode step's time goes on a GPU (appendix A1, *Benchmarks*; issue #31): the sampler
 (``sampler_fp64_ms``: :func:`rlcurate.rollout.sampling.sample_next_tensors`, fp64 softmax and inverse CDF
 over the whole vocabulary) against the fused Triton kernel (``sampler_fused_ms``, and whether it drew the
-same tokens), the tensor path's two softmaxes alone and the same inverse CDF in fp32, and the one-token forward alone, eager and replayed as a CUDA graph, with
-``transformers``' SDPA attention (keys and values expanded to every query head) and with the decode step's
-own :func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped heads kept), at several batch sizes; plus
+same tokens), the tensor path's two softmaxes alone and the same inverse CDF in fp32, and the one-token
+forward alone, eager and replayed as a CUDA graph, with ``transformers``' SDPA attention (keys and values
+expanded to every query head) and with the decode step's own
+:func:`rlcurate.rollout.fixed_shape.decode_attention` (grouped heads kept), at several batch sizes; plus
 two correctness checks on the device: the device uniforms equal the host's bit for bit, and with fp32
 weights (no autocast) the captured path returns the growing cache's completions.
 

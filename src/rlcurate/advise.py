@@ -265,10 +265,12 @@ def _holm(r: dict[str, float]) -> float:
     return p if p is not None and math.isfinite(p) else 1.0
 
 
-def _beats(r: dict[str, float], alpha: float = 0.05) -> bool:
-    """Below 1 beyond the noise: the interval excludes 1 and the Holm-adjusted p across the arms is below
-    ``alpha`` (the intervals are per arm; a verdict over several arms needs the adjustment)."""
-    return r["high"] < 1 and _holm(r) < alpha
+def _beyond_noise(r: dict[str, float], alpha: float = 0.05) -> int:
+    """-1 (below 1) or +1 (above) where the interval excludes 1 and the Holm-adjusted p across the arms is
+    below ``alpha`` (the intervals are per arm; a verdict over several arms needs the adjustment), else 0."""
+    if _holm(r) >= alpha:
+        return 0
+    return -1 if r["high"] < 1 else 1 if r["low"] > 1 else 0
 
 
 def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
@@ -290,11 +292,10 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
         parts[0] += ", little room"
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
         r = co[arm]
-        word = ("pays" if _beats(r) else "costs more" if r["low"] > 1 and _holm(r) < 0.05
-                else "is within the noise of uniform")
+        word = {-1: "pays", 1: "costs more", 0: "is within the noise of uniform"}[_beyond_noise(r)]
         parts.append(f"{name} {word} in cost ({_interval(r)}, Holm p {_holm(r):.3f})")
     g_arms = {int(a.split("_g")[1]): ro[a] for a in ro if a.startswith("uniform_g")}
-    better = {g: r for g, r in g_arms.items() if _beats(r)}
+    better = {g: r for g, r in g_arms.items() if _beyond_noise(r) == -1}
     if better:
         g = min(better, key=lambda g: better[g]["ratio"])
         parts.append(f"use G = {g} ({_interval(better[g])} of G = {group_size}'s rollouts, Holm p "

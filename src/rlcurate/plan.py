@@ -75,8 +75,9 @@ PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
 # slope from 64 to 1,024 rows, data/bench/decode_captured_h200.json); a captured step decodes its bucket's rows.
 # The per-layer part is scaled with depth; the intercepts were measured at 512 new tokens (the slopes at 256 and
 # 128), and a captured step attends its whole cache, so a larger cache (longer prompts, hints, max_new_tokens)
-# costs more per step than charged. Neither rate is scaled by card (--gpu changes memory and training time). Training runs at the bench's steady-state share of the matmul
-# limit, 0.258 of 774 TFLOP/s at 6 FLOPs per parameter and position.
+# costs more per step than charged. Neither rate is scaled by card (--gpu changes memory and training time).
+# Training runs at the bench's steady-state share of the matmul limit, 0.258 of 774 TFLOP/s at 6 FLOPs per
+# parameter and position.
 DECODE_S_PER_ROW = {"eager": 1.2e-5, "captured": 8.8e-6}
 DECODE_S_PER_LAYER = {"eager": (0.044 - 256 * DECODE_S_PER_ROW["eager"]) / 24,
                       "captured": (4.16 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24,

@@ -294,8 +294,8 @@ class FixedShapeDecoder:
     (inductor, fusing the norms, rotary embeddings, activations and residual adds) and, on a GPU, replays
     the whole step as a CUDA graph. The sampler stays eager: compiling it too failed in inductor 2.11's
     CUDA code generation (``data/bench/decode_compiled_h200.json``; the fp64 cumulative sum over the
-    vocabulary is the suspect, not isolated), and left eager it is the same code on every path. ``compile_backend`` is for tests (a counting backend
-    counts recompiles without generating code).
+    vocabulary is the suspect, not isolated), and left eager it is the same code on every path.
+    ``compile_backend`` is for tests (a counting backend counts recompiles without generating code).
     """
 
     def __init__(self, model, mode: str, sync_every: int = 8, compile_backend: str = "inductor"):

@@ -73,14 +73,6 @@ if triton is not None:
         tl.store(logp_ptr + row, logp.to(tl.float32))
 
 
-def available(logits: torch.Tensor) -> bool:
-    """Whether the kernel can sample ``logits``: Triton is installed and the tensor is on a CUDA device
-    (or Triton's interpreter is on, for the tests on a CPU)."""
-    import os
-
-    return triton is not None and (logits.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
-
-
 def sample_rows(logits: torch.Tensor, temperature: float, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(tokens [B] int64, logprobs [B] fp32)`` of :func:`sample_next` with ``top_k = 0, top_p = 1`` and
     ``temperature > 0``, in one kernel (the module docstring gives the equations)."""
