@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= book,dev,smollm,trl,watch
-# verl 0.7.1 (the last release with the curriculum-sampler hook) pins transformers<5.11 and pulls GPU
+# verl 0.7.1 (the last release with the curriculum-sampler hook) asks for numpy<2 and pulls GPU
 # packages; the interop needs only a few pure-Python modules, installed without their dependencies.
 VERL_NO_DEPS := verl==0.7.1 tensordict==0.10.0 torchdata==0.11.0 omegaconf==2.4.0 pyvers==0.1.0 ray==2.60.0 cloudpickle orjson msgpack protobuf codetiming
 # verl 0.9.1 (the current release) beside it, in its own folder that only the tests of appendix A2 put first on

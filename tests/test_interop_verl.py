@@ -41,14 +41,25 @@ from rlcurate.interop.verl import CurationSampler  # noqa: E402
 N_PROMPTS, BATCH, N_RESP = 24, 4, 4
 
 
+def verl_source(path: str, name: str, cls: str | None = None, **namespace):
+    """A function of verl (or a method of its class ``cls``) compiled from its own source file ``path``
+    (importing those modules needs hydra, Ray or peft, which this environment does not have for verl)."""
+    src = Path(verl.__file__).parent / path
+    body = ast.parse(src.read_text()).body
+    if cls is not None:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+    exec(compile(ast.Module([fn], type_ignores=[]), str(src), "exec"), namespace)
+    return namespace[name]
+
+
 def verl_create_rl_sampler():
     """verl's ``create_rl_sampler``, compiled from its own source in ``verl/trainer/main_ppo.py``."""
-    src = Path(verl.__file__).parent / "trainer" / "main_ppo.py"
-    tree = ast.parse(src.read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_rl_sampler")
-    ns = {"AbstractSampler": AbstractSampler, "load_extern_object": load_extern_object}
-    exec(compile(ast.Module([fn], type_ignores=[]), str(src), "exec"), ns)
-    return ns["create_rl_sampler"]
+    return verl_source("trainer/main_ppo.py", "create_rl_sampler", AbstractSampler=AbstractSampler,
+                       load_extern_object=load_extern_object)
+
+
+GET_GEN_BATCH = verl_source("trainer/ppo/ray_trainer.py", "_get_gen_batch", cls="RayPPOTrainer", DataProto=DataProto)
 
 
 @pytest.fixture(scope="module")
@@ -107,27 +118,36 @@ def true_pass_rate(index: int) -> float:
     return (index * 37 % 100) / 100
 
 
-def simulate_step(batch_dict, rng, scored):
-    """One step of ``RayPPOTrainer.fit`` from the dataloader's batch to ``sampler.update``: uids,
-    ``repeat(n, interleave=True)``, responses with a score on their last token, the batch reordered
-    (``_balance_batch``)."""
+def simulate_step(batch_dict, rng, scored, reward_loop: bool = True):
+    """One step of ``RayPPOTrainer.fit`` from the dataloader's batch to ``sampler.update``: uids, verl's own
+    ``_get_gen_batch`` (it moves ``index`` and every key but the reward keys into the generation batch), the
+    generation batch repeated n times and generated, the output united with ``batch.repeat(n, interleave=True)``,
+    a score on each response's last token, the batch reordered (``_balance_batch``). With ``reward_loop``
+    (verl's default without a reward model: reward-loop workers stream the rewards) the agent loop returns none
+    of its input's non-tensor keys, so ``index`` is gone by ``sampler.update``; without, it copies them back."""
     batch = DataProto.from_single_dict(batch_dict)
     batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))], dtype=object)
-    batch = batch.repeat(repeat_times=N_RESP, interleave=True)
-    n, L = len(batch.batch), 6
+    gen_batch = GET_GEN_BATCH(None, batch).repeat(repeat_times=N_RESP, interleave=True)
+    n, L = len(gen_batch), 6
     lengths = rng.integers(1, L + 1, size=n)
     scores = torch.zeros(n, L)
-    for r, (idx, length) in enumerate(zip(batch.non_tensor_batch["index"], lengths)):
+    for r, (idx, length) in enumerate(zip(gen_batch.non_tensor_batch["index"], lengths)):
         reward = float(rng.random() < true_pass_rate(int(idx)))
         scores[r, length - 1] = reward
         scored.append((int(idx), reward))
     mask = (torch.arange(L)[None, :] < torch.as_tensor(lengths)[:, None]).long()
-    batch = batch.union(DataProto.from_dict(tensors={"token_level_scores": scores, "response_mask": mask}))
+    non_tensors = {"__num_turns__": np.full(n, 2, dtype=np.int32)}
+    if not reward_loop:
+        non_tensors.update(gen_batch.non_tensor_batch)
+    out = DataProto.from_dict(tensors={"token_level_scores": scores, "response_mask": mask}, non_tensors=non_tensors)
+    batch = batch.repeat(repeat_times=N_RESP, interleave=True).union(out)
+    assert ("index" in batch.non_tensor_batch) == (not reward_loop)
     batch.reorder(torch.as_tensor(rng.permutation(n)))
     return batch
 
 
-def test_verl_builds_and_drives_the_sampler(parquet, tokenizer):
+@pytest.mark.parametrize("reward_loop", [True, False], ids=["reward_loop", "index_copied_back"])
+def test_verl_builds_and_drives_the_sampler(parquet, tokenizer, reward_loop):
     cfg = data_config(parquet, strategy="insight", strategy_kwargs={"mu": 0.3}, group_size=N_RESP)
     dataset, sampler, loader = make_loader(parquet, tokenizer, cfg)
     assert isinstance(sampler, CurationSampler)
@@ -140,7 +160,7 @@ def test_verl_builds_and_drives_the_sampler(parquet, tokenizer):
         ids = [int(i) for i in batch_dict["index"]]
         assert len(set(ids)) == BATCH and set(ids) <= {1000 + 7 * i for i in range(N_PROMPTS)}
         seen_batches.append(ids)
-        batch = simulate_step(batch_dict, rng, scored)
+        batch = simulate_step(batch_dict, rng, scored, reward_loop)
         if isinstance(loader.sampler, AbstractCurriculumSampler):  # ray_trainer.py, after each step
             loader.sampler.update(batch=batch)
     sel = sampler.selection
@@ -281,6 +301,17 @@ def test_pool_baseline_advantage_is_registered_with_verl():
     a2, _ = fn(token_level_rewards=tl, response_mask=mask, index=np.array(["u"] * 6, dtype=object))
     a3, _ = core_algos.compute_grpo_outcome_advantage(tl, mask, np.array(["u"] * 6, dtype=object))
     assert torch.equal(a2, a3)
+    # verl hands over its AlgoConfig; its norm_adv_by_std_in_grpo=False (Dr. GRPO) decides, with and without baselines
+    from verl.trainer.config import AlgoConfig
+
+    dr = AlgoConfig(norm_adv_by_std_in_grpo=False)
+    a4, _ = fn(token_level_rewards=tl, response_mask=mask, index=np.array(["u"] * 6, dtype=object),
+               reward_baselines=torch.full((6,), p_hat), config=dr)
+    assert torch.allclose(a4[:, 0], torch.as_tensor(rewards - p_hat, dtype=torch.float32))
+    a5, _ = fn(token_level_rewards=tl, response_mask=mask, index=np.array(["u"] * 6, dtype=object), config=dr)
+    a6, _ = core_algos.compute_grpo_outcome_advantage(tl, mask, np.array(["u"] * 6, dtype=object),
+                                                      norm_adv_by_std_in_grpo=False)
+    assert torch.equal(a5, a6) and torch.allclose(a5[:, 0], torch.as_tensor(rewards - rewards.mean(), dtype=torch.float32))
 
 
 def test_pool_baseline_advantage_refuses_a_verl_that_never_passes_the_baselines(monkeypatch):
@@ -294,3 +325,14 @@ def test_pool_baseline_advantage_refuses_a_verl_that_never_passes_the_baselines(
     with pytest.raises(ValueError, match="received no reward_baselines: verl 0.9.1's trainer passes a fixed list"):
         adapter.pool_baseline_advantage(tl, mask, np.array(["u", "u"], dtype=object))
     assert adapter._version("0.9.1.dev0") == (0, 9, 1) and adapter.TESTED_VERL == (0, 7, 1)
+
+
+def test_prompt_ids_fall_back_to_extra_info_and_refuse_a_batch_without_them():
+    from rlcurate.interop.verl import prompt_ids
+
+    both = {"index": np.array([3, 5], dtype=object), "extra_info": np.array([{"index": 9}, {"index": 9}], dtype=object)}
+    assert list(prompt_ids(both)) == [3, 5]  # index first: it is what RLHFDataset copied from extra_info
+    assert list(prompt_ids({"extra_info": np.array([{"index": 3}, {"index": 5}], dtype=object)})) == [3, 5]
+    for bad in ({}, {"extra_info": np.array([{"index": 3}, {"split": "train"}], dtype=object)}):
+        with pytest.raises(ValueError, match=r"neither non_tensor_batch\['index'\] nor an extra_info\['index'\]"):
+            prompt_ids(bad)

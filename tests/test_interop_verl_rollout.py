@@ -33,11 +33,13 @@ def reward_of(call: int, rows: int, rates: np.ndarray) -> np.ndarray:
 class Manager:
     """verl's agent-loop manager as fit() sees it: n rows in, n rows out, rm_scores on the last response token;
     ``row_id`` names each response (call * 1000 + row). A prompt's pass rate is ``rate[index]``, ``hinted[index]``
-    when its raw_prompt is not the dataset's."""
+    when its raw_prompt is not the dataset's. With ``reward_loop`` (verl 0.7.1's default without a reward model:
+    reward-loop workers write rm_scores) none of the input's non-tensor keys come back, as in verl's agent loop;
+    without, all of them do."""
 
-    def __init__(self, rate, hinted=None, plain=None):
+    def __init__(self, rate, hinted=None, plain=None, reward_loop=True):
         self.rate, self.hinted, self.plain, self.calls = rate, hinted or {}, plain or {}, 0
-        self.validated = 0
+        self.validated, self.reward_loop = 0, reward_loop
 
     def generate_sequences(self, batch):
         if batch.meta_info.get("validate"):
@@ -55,7 +57,8 @@ class Manager:
         return DataProto.from_dict(
             tensors={"responses": torch.full((B, WIDTH), 7), "rm_scores": scores,
                      "row_id": torch.arange(B) + 1000 * call},
-            non_tensors={k: v.copy() for k, v in batch.non_tensor_batch.items()},
+            non_tensors={"__num_turns__": np.full(B, 2, dtype=np.int32), **({} if self.reward_loop else {
+                k: v.copy() for k, v in batch.non_tensor_batch.items()})},
             meta_info={"timing": {"gen": 1.0}, "global_steps": batch.meta_info.get("global_steps")})
 
 
@@ -93,7 +96,8 @@ def reference(curator, ids, n, rate, hinted=None, task=None, problems=None, call
     return kept
 
 
-def test_ada_seq_around_verls_manager_keeps_what_this_packages_ada_seq_keeps():
+@pytest.mark.parametrize("reward_loop", [True, False], ids=["reward_loop", "inputs_copied_back"])
+def test_ada_seq_around_verls_manager_keeps_what_this_packages_ada_seq_keeps(reward_loop):
     """Rounds of 8 until each pool is balanced (at most 4), the released downsample to n = 4 rows per prompt in
     the prompts' order, (p_hat, N) per row for rlcurate_pool_grpo: the same responses, baselines and pool sizes as
     this package's ada_seq_balanced on the same draws; fit()'s union with the repeated prompts holds; a validation
@@ -102,7 +106,7 @@ def test_ada_seq_around_verls_manager_keeps_what_this_packages_ada_seq_keeps():
     rate = {0: 0.5, 2: 0.0, 3: 0.9, 5: 0.15}  # balanced at once, never, slowly (positives scarce), in a few rounds
     raw = {i: [{"role": "user", "content": f"q{i}"}] for i in rate}
     kwargs = {"round_repeat": 8, "max_rounds": 4}
-    manager = Manager(rate)
+    manager = Manager(rate, reward_loop=reward_loop)
     wrapped = CuratedRollout(manager, "ada_seq_balanced", n=n, strategy_kwargs=kwargs)
     batch = prompts(ids, n, raw)
     out = wrapped.generate_sequences(batch)
@@ -110,7 +114,8 @@ def test_ada_seq_around_verls_manager_keeps_what_this_packages_ada_seq_keeps():
 
     assert len(out) == n * len(ids) and manager.calls == wrapped.step_log[0]["calls"] > 1
     assert out.batch["row_id"].tolist() == [c for g in kept for c in g.completions]
-    assert list(out.non_tensor_batch["index"]) == [i for i in ids for _ in range(n)]
+    if not reward_loop:
+        assert list(out.non_tensor_batch["index"]) == [i for i in ids for _ in range(n)]
     rb = out.batch["reward_baselines"].numpy()
     assert np.allclose(rb, [[g.baseline, g.pool_size] for g in kept for _ in range(n)])
     assert {g.pool_size for g in kept} != {8}  # some prompt needed more than one round
@@ -131,7 +136,8 @@ def test_ada_seq_around_verls_manager_keeps_what_this_packages_ada_seq_keeps():
     assert wrapped.generate_sequences(validation) is validation and manager.validated == 1
 
 
-def test_sage_light_around_verls_manager_hints_the_prompts_this_packages_sage_light_hints():
+@pytest.mark.parametrize("reward_loop", [True, False], ids=["reward_loop", "inputs_copied_back"])
+def test_sage_light_around_verls_manager_hints_the_prompts_this_packages_sage_light_hints(reward_loop):
     """Three steps of SAGE-LIGHT with the task's own hints: a prompt that failed comes back hinted (its raw_prompt
     the task's chat turns with the hint), the levels per step and the kept responses equal this package's
     SAGE-LIGHT on the same draws, and each row says its level."""
@@ -142,7 +148,7 @@ def test_sage_light_around_verls_manager_hints_the_prompts_this_packages_sage_li
     plain = {i: task.messages(problems[i]) for i in ids}
     rate = {0: 0.0, 1: 0.9, 2: 0.0, 3: 0.5}
     hinted = {0: 0.8, 1: 0.9, 2: 0.0, 3: 0.5}
-    manager = Manager(rate, hinted, plain)
+    manager = Manager(rate, hinted, plain, reward_loop)
     wrapped = CuratedRollout(manager, "sage_light", n=4, strategy_kwargs={"hint_mode": "user"}, task=task,
                              problems=problems)
     own, calls = build_curator("sage_light", hint_mode="user"), [0]
@@ -155,9 +161,10 @@ def test_sage_light_around_verls_manager_hints_the_prompts_this_packages_sage_li
         assert out.batch["row_id"].tolist() == [c for g in kept for c in g.completions], step
         assert list(out.non_tensor_batch["hint_level"]) == [g.hint_level for g in kept for _ in range(4)], step
         levels.append([g.hint_level for g in kept])
-        raw = out.non_tensor_batch["raw_prompt"]
-        for k, g in enumerate(kept):
-            assert (raw[4 * k] != plain[g.index]) == (g.hint_level > 0), (step, g.index)
+        if not reward_loop:  # the raw_prompt the rows were generated from (the hinted draws above show it too)
+            raw = out.non_tensor_batch["raw_prompt"]
+            for k, g in enumerate(kept):
+                assert (raw[4 * k] != plain[g.index]) == (g.hint_level > 0), (step, g.index)
     assert levels[0] == [0, 0, 0, 0] and levels[1][0] > 0 and levels[1][1] == 0  # the failed prompt comes back hinted
     assert "reward_baselines" not in out.batch.keys()
 

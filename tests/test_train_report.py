@@ -89,13 +89,36 @@ def _wandb_records(path: Path):
             yield pieces + chunk
 
 
+def _finished_wandb_records(path: Path, timeout_s: float = 60.0) -> list[bytes]:
+    """The records of a run file once its exit record is there: ``run.finish()`` can return before wandb's
+    service process has written the file's last records (seen: a resumed session's history missing from the
+    file when read at once, present a moment later)."""
+    import time
+
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = list(_wandb_records(path))
+        last = wandb_internal_pb2.Record()
+        try:
+            last.ParseFromString(records[-1] if records else b"")
+        except DecodeError:  # a record still being written
+            pass
+        if last.WhichOneof("record_type") == "exit":
+            return records
+        assert time.monotonic() < deadline, f"{path} has no exit record after {timeout_s:.0f} s"
+        time.sleep(0.1)
+
+
 def _wandb_history(out: Path) -> list[dict]:
     """Every history row of every offline W&B session under ``out``, parsed with wandb's own protobuf schema."""
     from wandb.proto import wandb_internal_pb2
 
     rows = []
     for path in sorted((out / "wandb").glob("offline-run-*/run-*.wandb")):
-        for data in _wandb_records(path):
+        for data in _finished_wandb_records(path):
             rec = wandb_internal_pb2.Record()
             rec.ParseFromString(data)
             if rec.WhichOneof("record_type") == "history":

@@ -13,8 +13,9 @@ verl's ``RayPPOTrainer`` builds its training sampler from the config::
 calls ``CurationSampler(data_source=dataset, data_config=config.data)``, iterates it through a
 ``StatefulDataLoader`` whose batch size is ``data.gen_batch_size`` (or ``data.train_batch_size``),
 and after every step of ``fit()`` calls ``sampler.update(batch)`` with the step's whole ``DataProto``.
-:meth:`CurationSampler.update` reads each response's prompt from ``batch.non_tensor_batch["index"]``
-(the dataset's ``extra_info.index``, mapped to a row position) and its reward from
+:meth:`CurationSampler.update` reads each response's prompt from ``batch.non_tensor_batch["index"]``, or
+``extra_info["index"]`` where ``fit()`` left no ``index`` (:func:`prompt_ids`), mapped to a row position, and its
+reward from
 ``batch.batch["token_level_scores"].sum(-1)``; the batch may be in any order (verl balances it
 across ranks), since responses are grouped by prompt index.
 
@@ -204,7 +205,7 @@ class CurationSampler(_SamplerBase):
         """Observe one step of verl 0.7 (a ``DataProto``): every response's prompt id and summed
         token-level score, and its ``hint_level`` where SAGE's wrapper (:mod:`rlcurate.interop.verl_rollout`)
         wrote one."""
-        self.observe(batch.non_tensor_batch["index"],
+        self.observe(prompt_ids(batch.non_tensor_batch),
                      batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy(),
                      batch.non_tensor_batch.get("hint_level"))
 
@@ -230,6 +231,22 @@ class CurationSampler(_SamplerBase):
         self.selection.load_state_dict(state["selection"])
         self._epoch_pos = int(state["epoch_pos"])
         self._pending = [int(i) for i in state.get("pending", [])]  # absent from checkpoints before it was kept
+
+
+def prompt_ids(non_tensors) -> np.ndarray:
+    """Each response's prompt id in a verl 0.7 training batch: ``index``, else ``extra_info["index"]``.
+
+    ``RLHFDataset`` copies ``extra_info["index"]`` to ``index``, but ``fit()`` moves ``index`` into the
+    generation batch (``_get_gen_batch`` keeps only the reward keys) and the agent loop copies it back only
+    when no reward-loop workers stream the rewards, which they do by default (no reward model); then
+    ``extra_info``, a reward key, still holds the id."""
+    if "index" in non_tensors:
+        return np.asarray(non_tensors["index"], dtype=object)
+    extra = non_tensors.get("extra_info")
+    if extra is None or any(not isinstance(e, dict) or "index" not in e for e in extra):
+        raise ValueError("the training batch has neither non_tensor_batch['index'] nor an extra_info['index'] in "
+                         "every row: store each prompt's row number as extra_info['index'] in the parquet files")
+    return np.asarray([e["index"] for e in extra], dtype=object)
 
 
 # ---------------------------------------------------------------------------------------------- advantages
@@ -259,7 +276,11 @@ def pool_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: to
     m the prompt's responses in the batch. Without ``reward_baselines`` this is verl's GRPO on verl 0.7, and
     refused on verl 0.8 and later, whose trainers never pass them (it would be GRPO without a word).
     Returns (advantages, returns), both [batch, response_length], zero outside the response.
+    verl calls it with its ``AlgoConfig`` as ``config``, whose ``norm_adv_by_std_in_grpo`` then decides, as it
+    does for verl's own registered estimators.
     """
+    if config is not None:
+        norm_adv_by_std_in_grpo = bool(config.get("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo))
     if reward_baselines is None and VERL_VERSION >= (0, 8):
         raise ValueError(f"{POOL_ADV_ESTIMATOR} received no reward_baselines: verl "
                          f"{'.'.join(map(str, VERL_VERSION))}'s trainer passes a fixed list of fields to a registered "

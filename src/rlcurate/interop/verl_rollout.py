@@ -29,7 +29,7 @@ Usage, after ``trainer.init_workers()``::
                                                    n=config.actor_rollout_ref.rollout.n)
     trainer.fit()        # with algorithm.adv_estimator=rlcurate_pool_grpo
 
-Tested with verl 0.7.1's ``DataProto`` and a stand-in for the manager (``tests/test_interop_verl.py``). verl
+Tested with verl 0.7.1's ``DataProto`` and a stand-in for the manager (``tests/test_interop_verl_rollout.py``). verl
 0.8 and later keep a step's data in TransferQueue and generate through their agent loop there; this wrapper is
 for 0.7.1 (it refuses nothing by version, but only that one was tested).
 """

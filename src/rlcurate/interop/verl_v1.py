@@ -26,8 +26,8 @@ name, and runs as the sync trainer in every respect but these:
 
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
 ``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step (DAPO,
-``sync_refill_failed_groups``) come from a selection made before that step's rewards, and a resumed run starts a
-new selection where the saved one had prompts left.
+``sync_refill_failed_groups``) come from a selection made before that step's rewards, and a resumed run first
+trains on the prompts the saved selection had left (they are part of the sampler's state).
 
 SAGE-LIGHT's hints (chapter 7), with ``data.sampler.hints`` set: every prompt verl fetches passes through
 ``_next_train_batch``, where SAGE-LIGHT's own sampler (:class:`~rlcurate.curation.sage.SageLightSampler`) gives it
