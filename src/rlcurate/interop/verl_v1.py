@@ -17,8 +17,8 @@ name, and runs as the sync trainer in every respect but these:
   ``train_dataloader.state_dict()`` in ``data.pt`` with every checkpoint, so the sampler's state travels
   with it as on verl 0.7. A selection holds ``data.train_batch_size`` prompts even where verl fetches one
   prompt at a time (``data.gen_batch_size=1``, which verl forces under DAPO's ``algorithm.filter_groups``).
-* ``_step_once``: after verl's step (rollout, reward, advantage, update) the trainer reads each trained
-  response's ``index`` (the dataset's ``extra_info["index"]``, which the agent loop stores with every
+* ``step``: after verl's step (rollout, reward, advantage, and its ``trainer.v1.sync.parameter_sync_step``
+  updates, each a ``_step_once``) the trainer reads each trained response's ``index`` (the dataset's ``extra_info["index"]``, which the agent loop stores with every
   trajectory) and ``rm_scores`` (its reward on the response tokens, before any KL penalty) from
   TransferQueue with ``tq.kv_batch_get`` and passes them to :meth:`CurationSampler.observe`, the grouping
   code of the 0.7 adapter's ``update``. Padding rows (``is_padding`` tags, added to even out data-parallel
@@ -35,7 +35,7 @@ the hint level scheduled from its previous visit (the sampler's ``rollout`` run 
 records the levels and hint texts); a prompt at a level > 0 gets as its ``raw_prompt`` the task's
 chat turns with the hint in the user turn (``task.messages(problem, hint)``; verl's agent loop applies the chat
 template), and verl generates and trains on it, as SAGE-LIGHT does. The level of each prompt is kept by its uid
-(the first part of every trajectory key), so ``_step_once`` passes each response's level to the selector
+(the first part of every trajectory key), so ``step`` passes each response's level to the selector
 (INSIGHT takes no evidence from hinted groups, as in this package's trainer) and each group's accuracy to the
 schedule. The schedule is saved with the sampler's state in ``data.pt``. The problems are found by their uids
 (``extra_info[hints.uid_key]``, default ``uid``) in the task's splits, and every row's prompt at the strongest
@@ -163,9 +163,10 @@ class HintSchedule:
                                  f"task so that a hinted prompt differs from the unhinted one by the hint alone")
         return cls(sampler, task, problems)
 
-    def check_prompt_length(self, tokenizer, limit: int) -> int:
+    def check_prompt_length(self, tokenizer, limit: int, template_kwargs: dict | None = None) -> int:
         """Refuse (``ValueError``) a training row whose prompt at the strongest hint level is longer than ``limit``
-        tokens (``rollout.prompt_length``, beyond which verl's agent loop cuts a prompt's start with a warning).
+        tokens (``rollout.prompt_length``, beyond which verl's agent loop cuts a prompt's start with a warning),
+        rendered as the agent loop renders it (``data.apply_chat_template_kwargs`` as ``template_kwargs``).
         Returns the longest hinted prompt's length."""
         positions = list(range(len(self.problems)))
         ctx = SimpleNamespace(step=-1, task=self.task, problems=self.problems, tokenizer=None)
@@ -176,7 +177,8 @@ class HintSchedule:
                 if not texts[p].get(level):
                     continue
                 out = tokenizer.apply_chat_template(self.task.messages(self.problems[p], texts[p][level]),
-                                                    add_generation_prompt=True, tokenize=True)
+                                                    add_generation_prompt=True, tokenize=True,
+                                                    **(template_kwargs or {}))
                 n = len(out["input_ids"] if hasattr(out, "keys") else out)
                 if n > limit:
                     raise ValueError(f"{TRAINER_NAME}: row {p} (uid {self.problems[p].uid!r}) at hint level {level} is a "
@@ -200,8 +202,9 @@ class HintSchedule:
         ctx = SimpleNamespace(step=step, prompts_per_step=len(positions), group_size=0, generate=submit,
                               task=self.task, problems=self.problems, tokenizer=None, render=None)
         self.sampler.rollout(ctx, positions)
-        if step != self.step:
-            self.step, self.step_levels = step, []
+        if step != self.step:  # the last step was observed: a uid still here was never trained on (a failed or
+            self.step, self.step_levels = step, []  # evicted group) and never will be
+            self.level_of.clear()
         self.step_levels += chosen["levels"]
         self.level_of.update(zip(map(str, uids), chosen["levels"]))
         return [raw if text is None else self.task.messages(self.problems[p], text)
@@ -327,7 +330,8 @@ class CuratedPPOTrainer(PPOTrainerSync):
         self.train_dataloader_it = None
         hints = getattr(self.train_dataloader.sampler, "hints", None)
         if hints is not None:
-            hints.check_prompt_length(self.tokenizer, int(self.config.actor_rollout_ref.rollout.prompt_length))
+            hints.check_prompt_length(self.tokenizer, int(self.config.actor_rollout_ref.rollout.prompt_length),
+                                      dict(self.config.data.get("apply_chat_template_kwargs", None) or {}))
 
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
@@ -339,8 +343,10 @@ class CuratedPPOTrainer(PPOTrainerSync):
             tu.assign_non_tensor_stack(batch, "raw_prompt", raw)
         return batch
 
-    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int):
-        batch = super()._step_once(metrics, timing_raw, sample_batch_size)
+    def step(self, metrics: dict, timing_raw: dict):
+        # once per step, after all its updates: with parameter_sync_step = k the k batches of one selection are
+        # observed together, as one step's rewards (a strategy that decays its beliefs per observation decays once)
+        batch = super().step(metrics, timing_raw)
         sampler = self.train_dataloader.sampler
         observe_step(sampler, batch)
         metrics.update({f"rlcurate/{k}": v for k, v in sampler.selection.metrics().items()})
