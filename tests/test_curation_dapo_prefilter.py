@@ -8,6 +8,8 @@ import logging
 import numpy as np
 import pytest
 
+from rlcurate.errors import UserError
+
 from rlcurate.curation import StepContext, build_curator
 from rlcurate.curation.dapo import DapoSampler
 from rlcurate.curation.prefilter import PrefilterSelector, read_audit_uids
@@ -188,7 +190,7 @@ def test_prefilter_nothing_mixed_raises_or_falls_back(caplog):
     flat = SoftmaxWorld.make(n_prompts=30, pass_rates=np.full(30, 1e-4), seed=0)
     cur = build_curator("prefilter", audit_runs=4)
     _, ctx_of = sim_setup(flat, cur)
-    with pytest.raises(RuntimeError, match="no mixed prompt"):
+    with pytest.raises(UserError, match="no mixed prompt"):
         cur.select(ctx_of(0))
     cur = build_curator("prefilter", audit_runs=4, fallback="all")
     problems, ctx_of = sim_setup(flat, cur)

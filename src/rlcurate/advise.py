@@ -447,9 +447,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for advice.json and advice.png (default: the audit folder)")
     args = ap.parse_args(argv)
+    out = Path(args.out or args.audit)
+    if args.out:  # before the simulation, so that its result has somewhere to go
+        from rlcurate.train.preflight import check_out_dir
+
+        try:
+            check_out_dir(args.out)
+        except UserError as exc:
+            raise UserError(f"--out: {exc}") from None
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
                args.boots, not args.no_sim, args.close_gap)
-    out = Path(args.out or args.audit)
     out.mkdir(parents=True, exist_ok=True)
     (out / "advice.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
     plot(a, out / "advice.png")

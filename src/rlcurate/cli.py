@@ -65,9 +65,10 @@ def _train(argv: list[str]) -> int:
     config.task_kwargs, note = task_kwargs_for(config.model, config.task, config.task_kwargs)
     if note:
         print(f"rlcurate train: {note}", file=sys.stderr)
-    from rlcurate.train.preflight import preflight
+    from rlcurate.train.preflight import check_device, preflight
 
     task, curator, _ = preflight(config)  # every check that needs no model, before torch is imported
+    check_device(config)
     from rlcurate.train import Trainer
 
     summary = Trainer(config, task=task, curator=curator).run()

@@ -52,13 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = load_results(args.runs or f"data/runs/{suite['name']}", suite=suite["name"])
     if not results:
         raise UserError(f"no results of suite {suite['name']!r} in {args.runs or 'data/runs/' + suite['name']}")
+    if not args.budget and not suite["overrides"].get("max_rollouts"):
+        raise UserError(f"suite {args.suite} sets no max_rollouts in its overrides: pass --budget")
     budget = args.budget or float(suite["overrides"]["max_rollouts"])
     reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
     if args.currency == "rollouts" and budget > reached:
         raise UserError(f"--budget {budget:g}: no run of suite {suite['name']!r} reaches it (the largest "
                         f"reaches {reached:g} rollouts)")
     if args.sweep:
-        table = sweep_table(results, budget)
+        try:
+            table = sweep_table(results, budget)
+        except ValueError as exc:  # a run without evaluations on the rollout grid
+            raise UserError(f"--sweep at {budget:g}: {exc}") from None
         chosen = {arm: choose_lr(scores) for arm, scores in table.items()}
         for arm, scores in table.items():
             cells = "  ".join(f"lr {lr:g}: {np.mean(v):.3f} ({len(v)})" for lr, v in sorted(scores.items()))
@@ -76,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:  # a run that was not read as far as the budget
             raise UserError(f"--measure {args.measure} at {budget:g}: {exc}") from None
     if args.baseline not in values:
-        raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}")
+        sweep = " (a learning-rate sweep? then pass --sweep)" if any("_lr" in arm for arm in values) else ""
+        raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}{sweep}")
     unknown = [c for c in args.control or [] if c not in values]
     if unknown:
         raise UserError(f"--control: no arm {', '.join(map(repr, unknown))} in the runs; arms: {', '.join(values)}")

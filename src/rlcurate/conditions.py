@@ -93,6 +93,9 @@ def condition_config(suite: dict[str, Any], condition: str) -> dict[str, Any]:
     train = dict(suite["train"])
     G = int(cond.get("group_size", train["group_size"]))
     per_step = int(train["rollouts_per_step"])
+    if G < 1 or per_step < 1:
+        raise UserError(f"{suite['_path']}: condition {condition!r}: group_size {G} and rollouts_per_step {per_step} "
+                        "must be positive")
     if per_step % G:
         raise UserError(f"{suite['_path']}: condition {condition!r}: rollouts_per_step {per_step} is not a "
                         f"multiple of the group size {G}")
@@ -113,6 +116,8 @@ def _trainer(suite, setup, arm: str, seed: int, lr: float, split: str):
     spec = suite["arms"][arm] or {}
     train = setup["train"]
     G = int(spec.get("group_size", train["group_size"]))  # an arm's own group size at equal rollouts per step
+    if G < 1:
+        raise UserError(f"{suite['_path']}: arm {arm!r}: group_size {G} must be positive")
     if train["rollouts_per_step"] % G:
         raise UserError(f"{suite['_path']}: arm {arm!r}: rollouts_per_step {train['rollouts_per_step']} is not a "
                         f"multiple of its group size {G}")

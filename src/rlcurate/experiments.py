@@ -319,7 +319,7 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
     reason to refuse."""
     import dataclasses
 
-    from rlcurate.train.preflight import check_out_dir, preflight
+    from rlcurate.train.preflight import RESULTS_REMEDY, RESUME_REMEDY, check_device, check_out_dir, preflight
 
     for flag, folder in (("--out", out), ("--scratch", scratch)):
         try:
@@ -330,8 +330,12 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
         config = run_config(suite, n, s, scratch)
         try:
             preflight(dataclasses.replace(config, resume=False) if force else config)
-        except UserError as exc:
-            raise UserError(f"{suite['_path']}: run {n!r} seed {s}: {exc}") from None
+            check_device(config)
+        except UserError as exc:  # a suite sets out_dir and resume itself: the remedies are --force or --scratch
+            msg = str(exc).replace(RESUME_REMEDY, "use another --scratch, or --force to start this run over (its "
+                                                  "checkpoint is then replaced)")
+            msg = msg.replace(RESULTS_REMEDY, "use another --scratch, or --force to start this run over")
+            raise UserError(f"{suite['_path']}: run {n!r} seed {s}: {msg}") from None
 
 
 def _replay(names: list[str], seeds: list[int], out: Path, scratch: Path, steps: int) -> int:
@@ -370,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     suite = load_suite(args.suite)  # a bad suite raises UserError: one line from rlcurate.cli.main
     names = list(suite["runs"]) if not args.only else [n.strip() for n in args.only.split(",")]
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
+    if len(set(names)) < len(names) or "" in names:
+        raise UserError(f"--only must name each run once, got {args.only!r}")
     unknown = [n for n in names if n not in suite["runs"]]
     if unknown:
         import difflib
@@ -382,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [int(s) for s in suite["seeds"]]
     except ValueError:
         raise UserError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    if len(set(seeds)) < len(seeds):
+        raise UserError(f"--seeds must name each seed once, got {args.seeds!r}")
     out = Path(args.out or Path("data") / "runs" / suite["name"])
     scratch = Path(args.scratch or Path("runs") / suite["name"])
     todo = pending_runs(names, seeds, out, args.force)
@@ -393,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                     if path.exists() else "missing"
                 print(f"{n:28s} seed {s}: {status}")
         return 0
-    if args.replay:
+    if args.replay is not None:
         return _replay(names, seeds, out, scratch, args.replay)
     _check_runs(suite, todo, out, scratch, args.force)
     out.mkdir(parents=True, exist_ok=True)

@@ -155,6 +155,9 @@ class AuditConfig:
             bad("endpoint", f"one of {', '.join(ENDPOINTS)}")
         if self.endpoint == "chat" and self.backend != "openai":
             raise AuditError("endpoint 'chat' needs backend 'openai' (a server's /v1/chat/completions)")
+        if self.backend != "openai" and (self.base_url or self.model_name):
+            raise AuditError(f"{'base_url' if self.base_url else 'model_name'} is for backend 'openai' (a server); "
+                             f"backend {self.backend!r} audits the local model: add --backend openai")
         if self.backend == "openai" and not self.base_url:
             raise AuditError("base_url is required with backend 'openai' (e.g. http://127.0.0.1:8000/v1)")
         if self.on_reward_error not in REWARD_ERROR_POLICIES:

@@ -152,7 +152,7 @@ class PrefilterSelector(Selector):
             kept = sorted(self._audit(ctx, self.universe))
             if not kept:
                 if self.fallback == "error":
-                    raise RuntimeError(
+                    raise UserError(
                         f"prefilter: the audit of {len(self.universe)} prompts x {self.audit_runs} rollouts "
                         "found no mixed prompt; the policy is uniform on this pool (use more audit_runs, an "
                         "easier pool, or fallback='all')")

@@ -166,6 +166,15 @@ def check_model_source(name_or_path, flag: str = "model") -> None:
             raise UserError(f"{flag}={name!r} is a file, not a checkpoint directory")
         if not (path / "config.json").is_file():
             raise UserError(f"{flag}={name!r} is a directory but holds no config.json (not a checkpoint)")
+        try:
+            config = json.loads((path / "config.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{flag}={name!r}: its config.json cannot be read ({exc})") from None
+        if not isinstance(config, dict) or "model_type" not in config:
+            final = path / "final"
+            hint = (f"; it looks like a training run's folder, whose model is {final}" if (final / "config.json").is_file()
+                    or "strategy" in (config if isinstance(config, dict) else {}) else "")
+            raise UserError(f"{flag}={name!r}: its config.json has no model_type, so it is not a model checkpoint{hint}")
     elif not _HUB_ID.match(name):
         where = "" if path.is_absolute() else f"; a relative path is read from the current folder {Path.cwd()}"
         raise UserError(f"{flag}={name!r}: no such checkpoint directory (and not a Hub id such as owner/name){where}")

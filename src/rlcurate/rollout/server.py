@@ -613,7 +613,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     from rlcurate.errors import UserError
 
-    for flag, v in (("--max-n", args.max_n), ("--max-sequences", args.max_sequences), ("--max-tokens", args.max_tokens)):
+    for flag, v in (("--max-n", args.max_n), ("--max-sequences", args.max_sequences), ("--max-tokens", args.max_tokens),
+                    ("--token-budget", args.token_budget), ("--threads", args.threads)):
         if v is not None and v < 1:
             raise UserError(f"{flag} must be a whole number >= 1, got {v}")
     if not (args.request_timeout >= 0 and args.request_timeout < float("inf")):
@@ -624,6 +625,14 @@ def main(argv=None) -> None:
     check_address(args.host, args.port)  # before the model loads, which can take minutes
 
     import torch
+
+    if args.device is not None:
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            raise UserError(f"--device {args.device!r} is not a device (e.g. cpu, cuda, cuda:1)") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"--device {args.device}: CUDA is not available on this machine")
 
     from .hf import TransformersEngine
 

@@ -52,6 +52,10 @@ def read_checkpoint_meta(path: Path) -> dict[str, Any]:
                         "or set resume=false to start over (the checkpoint is then replaced)") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise UserError(f"{path}/trainer.json holds no config; set resume=false to start over")
+    state = path / "state.pt"
+    if not state.is_file() or state.stat().st_size == 0:
+        raise UserError(f"{state} is missing or empty; the checkpoint is damaged: move it away, or set resume=false "
+                        "to start over (the checkpoint is then replaced)")
     return meta
 
 
@@ -75,19 +79,46 @@ def _fmt(changes: dict[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items()))
 
 
+RESULTS_REMEDY = "use another out_dir, or set resume=false to overwrite them"
+
+
+def check_results_kept(config: TrainConfig) -> None:
+    """Refuse to write over the results of another run: an ``out_dir`` without a checkpoint (a finished run whose
+    checkpoint was removed, as ``rlcurate runs`` does) whose ``config.json`` differs from ``config`` in a key
+    that a resume could not change either (:data:`RESUMABLE_CHANGES`).
+    ``resume=false`` says to overwrite them."""
+    saved_path = Path(config.out_dir) / "config.json"
+    if not saved_path.is_file():
+        return
+    try:
+        saved = json.loads(saved_path.read_text())
+    except (OSError, ValueError):
+        return  # not a readable run's config: nothing this check can compare
+    if not isinstance(saved, dict):
+        return
+    changes = {k: v for k, v in config_changes(saved, config).items() if k not in RESUMABLE_CHANGES}
+    if changes:
+        raise UserError(f"out_dir {config.out_dir} holds the results of a run with a different config ({_fmt(changes)}) "
+                        f"and no checkpoint to resume; {RESULTS_REMEDY}")
+
+
+RESUME_REMEDY = "use another out_dir, or set resume=false to start over in this one (its checkpoint is then replaced)"
+
+
 def check_resume(config: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """The changes of :data:`EXTENSIONS` a resume of ``config.out_dir`` would make to the checkpoint's
     config, ``{key: (saved, new)}`` (empty when there is nothing to resume); refuses changes outside
     :data:`RESUMABLE_CHANGES` and extensions that cannot be honoured (see the module docstring)."""
     path = checkpoint_dir(config.out_dir) if config.resume else None
     if path is None:
+        if config.resume:
+            check_results_kept(config)
         return {}
     meta = read_checkpoint_meta(path)
     step = int(meta.get("step", 0))
     changes = config_changes(meta["config"], config)
     where = f"out_dir {config.out_dir} holds a checkpoint at step {step}"
-    remedy = ("use another out_dir, or set resume=false to start over in this one (its checkpoint is then "
-              "replaced)")
+    remedy = RESUME_REMEDY
     refused = {k: v for k, v in changes.items() if k not in RESUMABLE_CHANGES}
     if refused:
         raise UserError(f"{where} made with a different config: {_fmt(refused)}; a resumed run must keep every "
@@ -150,6 +181,19 @@ def train_subset(config: TrainConfig, problems) -> list:
     return kept
 
 
+def check_device(config: TrainConfig) -> None:
+    """Refuse ``device=cuda`` or ``dtype=bf16`` on a machine without CUDA, before any folder is made (torch is
+    imported only for these two settings)."""
+    if config.device != "cuda" and config.dtype != "bf16":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        setting = "device=cuda" if config.device == "cuda" else "dtype=bf16"
+        raise UserError(f"{setting} but CUDA is not available on this machine; use device=cpu (or auto) and "
+                        "dtype=fp32 (or auto) here")
+
+
 def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool = True):
     """Every check of a run that needs no model; returns ``(task, curator, changes)``: the task and
     curator built from the config unless given, and the allowed config changes of a resume
@@ -167,7 +211,12 @@ def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool
         try:
             if not task.problems("train"):
                 raise UserError(f"task {config.task!r} with task_kwargs {config.task_kwargs} has no training problems")
-        except DatasetUnavailableError as exc:
+            if (config.eval_every or config.eval_every_rollouts) and not task.problems(config.eval_split):
+                raise UserError(f"task {config.task!r} with task_kwargs {config.task_kwargs} has no {config.eval_split} "
+                                f"problems to evaluate on; set eval_every=0 and eval_every_rollouts=0, or give it some")
+        except UserError:
+            raise
+        except (DatasetUnavailableError, ValueError, OSError) as exc:  # a data folder or file that cannot be read
             raise UserError(f"task {config.task!r}: {exc}") from None
     check_task = getattr(getattr(curator, "sampler", None), "check_task", None)
     if callable(check_task):  # e.g. SAGE's hint_mode='prefix' on a task that puts hints in the user turn only

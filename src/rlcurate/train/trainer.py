@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import shutil
 import time
 from contextlib import nullcontext
@@ -231,7 +232,11 @@ class Trainer:
         c = self.config
 
         def render(problem):
-            return self._render(problem, None)
+            try:
+                return self._render(problem, None)
+            except Exception as exc:  # e.g. a chat template that knows no system turn (the tiny model's)
+                raise UserError(f"model {c.model!r} cannot render task {c.task!r}'s prompt {problem.uid!r} with its "
+                                f"tokenizer's chat template: {type(exc).__name__}: {exc}") from None
 
         train = task.problems("train")
         if not train:
@@ -389,7 +394,11 @@ class Trainer:
         if not path.exists():
             path = self.out / "checkpoint.old"  # killed between the two renames
         meta = json.loads((path / "trainer.json").read_text())
-        state = torch.load(path / "state.pt", map_location=self.device, weights_only=False)
+        try:
+            state = torch.load(path / "state.pt", map_location=self.device, weights_only=False)
+        except (EOFError, RuntimeError, pickle.UnpicklingError) as exc:
+            raise UserError(f"{path / 'state.pt'} cannot be read ({exc}); the checkpoint is damaged: move it away, "
+                            "or set resume=false to start over (the checkpoint is then replaced)") from None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from rlcurate.models.warmstart.config import MAX_MIXED, WarmStartConfig, parse_save_at
@@ -50,12 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden-size", type=int, default=None, help="override the model width (default 128)")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers (default 4)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--force", action="store_true", help="overwrite checkpoints already in OUT")
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> WarmStartConfig:
     """A validated :class:`WarmStartConfig` from parsed command-line arguments (chapter 4)."""
     model: dict = {}
+    for flag, v in (("--hidden-size", args.hidden_size), ("--layers", args.layers)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be a positive integer, got {v}")
     if args.hidden_size is not None:
         model.update(hidden_size=args.hidden_size, intermediate_size=4 * args.hidden_size)
     if args.layers is not None:
@@ -80,6 +85,19 @@ def to_argv(cfg: WarmStartConfig, out, save_at: dict) -> list[str]:
     return argv
 
 
+def out_problem(out: Path, save_at: dict, force: bool) -> str | None:
+    """Why ``out`` cannot take this run's checkpoints (checked before training), or None: it is or lies under a
+    file, or (without ``force``) it or one of its stage folders already holds a checkpoint."""
+    existing = next(p for p in [out, *out.absolute().parents] if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    if not force:
+        held = [p for p in [out, *(out / n for n in save_at.values() if n)] if (p / "config.json").exists()]
+        if held:
+            return f"{held[0]} already holds a checkpoint; pass --force to overwrite it, or another --out"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rlcurate warmstart`` and ``python -m rlcurate.models.warmstart`` (chapter 4)."""
     from rlcurate.models.warmstart.training import train
@@ -91,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         save_at = parse_save_at(args.save_at, cfg.steps)
     except ValueError as exc:
         parser.error(config_options().flag_message(str(exc)))
+    problem = out_problem(Path(args.out), save_at, args.force)
+    if problem:
+        parser.error(f"--out {args.out}: {problem}")
     command = COMMAND + " " + shlex.join(to_argv(cfg, args.out, save_at))
     result = train(cfg, args.out, save_at, command=command, progress=not args.no_progress)
     for name, stage in result["stages"].items():

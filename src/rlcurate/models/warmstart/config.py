@@ -96,6 +96,8 @@ class WarmStartConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         if not 0.0 <= self.hint_share <= 1.0:
             raise ValueError(f"hint_share must lie in [0, 1], got {self.hint_share!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
