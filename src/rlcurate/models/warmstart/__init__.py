@@ -11,7 +11,8 @@ save several stages of one run. The checkpoints in ``data/tiny`` come from::
     python -m rlcurate.models.warmstart --out data/tiny --steps 2500 --seed 0 \\
         --save-at early=400,spread=max-mixed,saturated=2500 --eval-every 125 --threads 1
 
-(the same as ``rlcurate warmstart ...``). A run is bitwise reproducible for a given seed and number of
+(the same as ``rlcurate warmstart ...``; it refuses to overwrite the committed checkpoints unless given ``--force``,
+so give another ``--out`` to compare with them). A run is bitwise reproducible for a given seed and number of
 threads on one CPU; evaluations and saving draw no randomness from the training stream, so a stage
 saved at step k of a long run equals the end of a k-step run (the learning rate is constant after
 warm-up). Another processor may round differently: on an AMD EPYC the command above follows the
