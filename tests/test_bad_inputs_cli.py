@@ -16,6 +16,8 @@ from rlcurate.errors import UserError
 REPO = Path(__file__).resolve().parents[1]
 SPREAD = REPO / "data" / "tiny" / "spread"
 TINY_CFG = REPO / "configs" / "tiny_uniform.yaml"
+SMALL = ["steps=1", "prompts_per_step=2", "group_size=2", "max_new_tokens=8", "eval_every=0", "checkpoint_every=1",
+         "task_kwargs.n_train=16", "task_kwargs.n_test=4"]  # a one-step run with a checkpoint, in seconds
 
 
 def _refused(capsys, argv, *needles) -> str:
@@ -52,13 +54,11 @@ def test_an_empty_evaluation_split_is_refused_before_the_model_loads(capsys, tmp
 
 def test_a_damaged_model_state_in_the_checkpoint_is_refused_and_the_checkpoint_kept(capsys, tmp_path):
     out = tmp_path / "run"
-    small = ["steps=1", "prompts_per_step=2", "group_size=2", "max_new_tokens=8", "eval_every=0",
-             "checkpoint_every=1", "task_kwargs.n_train=16", "task_kwargs.n_test=4"]
-    assert main(_train(out, *small)) == 0
+    assert main(_train(out, *SMALL)) == 0
     capsys.readouterr()
     state = out / "checkpoint" / "state.pt"
     state.write_bytes(b"")
-    _refused(capsys, _train(out, *small[1:], "steps=2"), "state.pt is missing or empty", "damaged")
+    _refused(capsys, _train(out, *SMALL[1:], "steps=2"), "state.pt is missing or empty", "damaged")
     assert state.exists() and (out / "checkpoint" / "trainer.json").exists()
 
 
@@ -120,14 +120,12 @@ def test_a_folder_whose_config_is_not_a_models_is_refused_naming_the_run_model(c
 
 def test_a_finished_runs_results_are_not_overwritten_by_a_run_with_another_config(capsys, tmp_path):
     out = tmp_path / "run"
-    small = ["steps=1", "prompts_per_step=2", "group_size=2", "max_new_tokens=8", "eval_every=0",
-             "checkpoint_every=1", "task_kwargs.n_train=16", "task_kwargs.n_test=4"]
-    assert main(_train(out, *small)) == 0
+    assert main(_train(out, *SMALL)) == 0
     capsys.readouterr()
     import shutil
 
     shutil.rmtree(out / "checkpoint")  # as `rlcurate runs` leaves a finished run's scratch folder
     kept = (out / "metrics.jsonl").read_text()
-    _refused(capsys, _train(out, *small, "lr=0.5"), "holds the results of a run with a different config", "lr:")
+    _refused(capsys, _train(out, *SMALL, "lr=0.5"), "holds the results of a run with a different config", "lr:")
     assert (out / "metrics.jsonl").read_text() == kept
-    assert main(_train(out, *small, "lr=0.5", "resume=false")) == 0  # said explicitly: overwritten
+    assert main(_train(out, *SMALL, "lr=0.5", "resume=false")) == 0  # said explicitly: overwritten
