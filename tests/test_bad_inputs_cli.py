@@ -129,3 +129,10 @@ def test_a_finished_runs_results_are_not_overwritten_by_a_run_with_another_confi
     _refused(capsys, _train(out, *SMALL, "lr=0.5"), "holds the results of a run with a different config", "lr:")
     assert (out / "metrics.jsonl").read_text() == kept
     assert main(_train(out, *SMALL, "lr=0.5", "resume=false")) == 0  # said explicitly: overwritten
+
+
+@pytest.mark.parametrize("flags, needle", [(["--layers", "0"], "--layers must be a positive number"),
+                                           (["--device", "gpu"], "--device must be auto, cpu or cuda"),
+                                           (["--json", "/nonexistent_folder/dry.json"], "does not exist")])
+def test_dryrun_refuses_bad_options_before_it_builds_a_checkpoint(capsys, flags, needle):
+    _refused(capsys, ["dryrun", "--config", str(REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml"), *flags], needle)

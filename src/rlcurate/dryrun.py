@@ -125,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.config:  # every file is checked before the first (expensive) run
         if not Path(path).is_file():
             raise UserError(f"config not found: {path}")
+    if args.layers is not None and args.layers < 1:
+        raise UserError(f"--layers must be a positive number of layers, got {args.layers}")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    if args.json and not Path(args.json).expanduser().absolute().parent.is_dir():
+        raise UserError(f"--json {args.json}: its folder {Path(args.json).expanduser().absolute().parent} does not exist")
     tokenizer_dir()
     results = []
     for path in args.config:
