@@ -136,3 +136,10 @@ def test_a_finished_runs_results_are_not_overwritten_by_a_run_with_another_confi
                                            (["--json", "/nonexistent_folder/dry.json"], "does not exist")])
 def test_dryrun_refuses_bad_options_before_it_builds_a_checkpoint(capsys, flags, needle):
     _refused(capsys, ["dryrun", "--config", str(REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml"), *flags], needle)
+
+
+@pytest.mark.parametrize("setting, needle", [("strategy=dapoo", "did you mean 'dapo'"),
+                                             ("task=gsm8", "did you mean 'gsm8k'")])
+def test_plan_refuses_a_misspelt_strategy_or_task_instead_of_planning_it(capsys, setting, needle):
+    _refused(capsys, ["plan", "--config", str(REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml"), "--set", setting],
+             "gpu_grpo_qwen25_05b_gsm8k.yaml", needle)

@@ -317,6 +317,15 @@ def main(argv: list[str] | None = None) -> int:
         suite, runs = _suite_configs(path)
         suites.append((suite["name"], path, [f"{path}:{name}" for name, _, _ in runs]))
         jobs += [(f"{path}:{name}", len(seeds), config) for name, seeds, config in runs]
+    from rlcurate.curation import build_curator
+    from rlcurate.tasks.registry import validate_task
+
+    for name, _, config in jobs:  # the names a plan would otherwise read past (a misspelt strategy still "fits")
+        try:
+            validate_task(config.task, config.task_kwargs)
+            build_curator(config.strategy, **config.strategy_kwargs)
+        except UserError as exc:
+            raise UserError(f"{name}: {exc}") from None
     refused = 0
     hours: dict[str, float] = {}
     for name, copies, config in jobs:
