@@ -43,19 +43,20 @@ def checkpoint_dir(out_dir: str | Path) -> Path | None:
     return None
 
 
+DAMAGED_REMEDY = "the checkpoint is damaged: move it away, or set resume=false to start over (the checkpoint is then replaced)"
+
+
 def read_checkpoint_meta(path: Path) -> dict[str, Any]:
     """``trainer.json`` of a checkpoint; an unreadable one is refused (it cannot be resumed)."""
     try:
         meta = json.loads((path / "trainer.json").read_text())
     except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: cannot read trainer.json ({exc}); the checkpoint is damaged: move it away, "
-                        "or set resume=false to start over (the checkpoint is then replaced)") from None
+        raise UserError(f"{path}: cannot read trainer.json ({exc}); {DAMAGED_REMEDY}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise UserError(f"{path}/trainer.json holds no config; set resume=false to start over")
     state = path / "state.pt"
     if not state.is_file() or state.stat().st_size == 0:
-        raise UserError(f"{state} is missing or empty; the checkpoint is damaged: move it away, or set resume=false "
-                        "to start over (the checkpoint is then replaced)")
+        raise UserError(f"{state} is missing or empty; {DAMAGED_REMEDY}")
     return meta
 
 

@@ -397,8 +397,9 @@ class Trainer:
         try:
             state = torch.load(path / "state.pt", map_location=self.device, weights_only=False)
         except (EOFError, RuntimeError, pickle.UnpicklingError) as exc:
-            raise UserError(f"{path / 'state.pt'} cannot be read ({exc}); the checkpoint is damaged: move it away, "
-                            "or set resume=false to start over (the checkpoint is then replaced)") from None
+            from rlcurate.train.preflight import DAMAGED_REMEDY
+
+            raise UserError(f"{path / 'state.pt'} cannot be read ({exc}); {DAMAGED_REMEDY}") from None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
