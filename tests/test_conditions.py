@@ -105,6 +105,22 @@ def test_a_small_conditions_suite_runs_end_to_end(tmp_path, capsys):
     ({"seeds": []}, "seeds"),
     ({"arms": {"uniform": {}, "a": {"strategy_kwarg": {}}}}, "unknown key"),
     ({"arms": {"uniform": {}, "a": {"lr_of": "nope"}}}, "lr_of"),
+    # values, each refused before any sweep (an arm's strategy used to fail after the other arms' sweeps)
+    ({"budget": "640"}, "budget must be an integer"),
+    ({"lrs": [0.3, -1]}, "must be > 0"),
+    ({"seeds": [0, 0.5]}, "a seed must be an integer"),
+    ({"seeds": [100, 1]}, "share [100]"),
+    ({"world": {**SMALL["world"], "n_skils": 3}}, "n_skils"),
+    ({"train": {**SMALL["train"], "optimiser": "sgd"}}, "optimiser"),
+    ({"train": {**SMALL["train"], "optimizer": "sgdd"}}, "optimizer must be"),
+    ({"endpoint": {"primary": "final", "close_gap": 0.3}}, "endpoint must be"),
+    ({"conditions": {"main": {"pass_rate_beta": [1]}}}, "two numbers"),
+    ({"conditions": {"main": {"budget": "x"}}}, "condition 'main': budget"),
+    ({"conditions": {"main": {"n_prompts": 2}}}, "has no prompts"),
+    ({"arms": {**SMALL["arms"], "b": {"strategy": "oracle_select", "advantage": "grpoo"}}}, "arm 'b': advantage"),
+    ({"arms": {**SMALL["arms"], "b": {"strategy": "insigth"}}}, "did you mean 'insight'"),
+    ({"arms": {**SMALL["arms"], "b": {"strategy": "insight", "strategy_kwargs": {"foo": 1}}}}, "does not take foo"),
+    ({"arms": {**SMALL["arms"], "b": {"order_offset": "a"}}}, "order_offset must be an integer"),
 ])
 def test_a_bad_conditions_suite_is_one_line(tmp_path, change, message, capsys):
     from rlcurate.cli import main
@@ -113,7 +129,8 @@ def test_a_bad_conditions_suite_is_one_line(tmp_path, change, message, capsys):
     path.write_text(yaml.safe_dump({**SMALL, **change}))
     assert main(["conditions", "--suite", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and str(path) in err and len(err.splitlines()) == 1
+    assert message in err and str(path) in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()  # refused before the results' folder is made
 
 
 def test_an_unknown_condition_is_refused_before_any_run(tmp_path, capsys):

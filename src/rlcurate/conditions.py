@@ -40,6 +40,8 @@ SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "se
               "conditions"}
 CONDITION_KEYS = {"pass_rate_beta", "group_size", "budget", "n_prompts"}
 ARM_KEYS = {"strategy", "strategy_kwargs", "advantage", "order_offset", "lr_of", "group_size"}
+TRAIN_KEYS = {"rollouts_per_step", "group_size", "optimizer", "validation_fraction", "test_fraction"}
+ENDPOINT = {"primary": "rollouts_to_target", "secondary": ["final", "area"]}  # what _measures reads
 CURVE_POINTS = 51  # the curve stored per run, for plots (the endpoint is read on every step)
 
 
@@ -78,7 +80,76 @@ def load_conditions(path: str | Path) -> dict[str, Any]:
         if not isinstance(suite[key], list) or not suite[key]:
             raise UserError(f"{path}: {key} must be a non-empty list")
     suite["_path"] = str(path)
+    _check_values(suite)
     return suite
+
+
+def _check_values(suite: dict[str, Any]) -> None:
+    """Every value of a suite checked before any run: the numbers' types and ranges, then each condition's
+    set-up and each arm's trainer built once (world, strategy and its options, advantage, optimizer,
+    splits), so that a misspelt value is refused in one line, not found after other arms' sweeps."""
+    from rlcurate._validate import as_finite, as_int
+
+    path = suite["_path"]
+
+    def check(what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"{path}: {what}: {exc}") from None
+
+    if not isinstance(suite["name"], str) or not suite["name"] or Path(suite["name"]).name != suite["name"]:
+        raise UserError(f"{path}: name must be a folder name (no '/'), got {suite['name']!r}")
+    unknown = sorted(set(suite["train"]) - TRAIN_KEYS)
+    if unknown or "rollouts_per_step" not in suite["train"] or "group_size" not in suite["train"]:
+        raise UserError(f"{path}: train sets {', '.join(sorted(TRAIN_KEYS))} (rollouts_per_step and group_size "
+                        f"required); got {', '.join(map(str, suite['train'])) or 'none'}")
+    for key in ("rollouts_per_step", "group_size"):
+        check(f"train.{key}", as_int, suite["train"][key], key, minimum=1)
+    for key in ("validation_fraction", "test_fraction"):
+        check(f"train.{key}", as_finite, suite["train"].get(key, 0.1), key, nonnegative=True)
+    check("budget", as_int, suite["budget"], "budget", minimum=1)
+    for r in suite["lrs"]:
+        check("lrs", as_finite, r, "a learning rate", positive=True)
+    for key in ("seeds", "validation_seeds"):
+        for seed in suite[key]:
+            check(key, as_int, seed, "a seed", minimum=0)
+        if len(set(suite[key])) != len(suite[key]):
+            raise UserError(f"{path}: {key} repeats a seed")
+    if set(suite["seeds"]) & set(suite["validation_seeds"]):
+        raise UserError(f"{path}: seeds and validation_seeds share {sorted(set(suite['seeds']) & set(suite['validation_seeds']))}; "
+                        "the learning rate must be chosen on worlds the test does not use")
+    endpoint = suite["endpoint"]
+    secondary = endpoint.get("secondary", [])
+    if (set(endpoint) - {"primary", "close_gap", "secondary"} or endpoint.get("primary") != ENDPOINT["primary"]
+            or not isinstance(secondary, list) or not set(secondary) <= set(ENDPOINT["secondary"])):
+        raise UserError(f"{path}: endpoint must be {{primary: {ENDPOINT['primary']}, close_gap: <in (0, 1)>, "
+                        f"secondary: [{', '.join(ENDPOINT['secondary'])}] or some of them}} (what this program "
+                        f"measures); got {endpoint}")
+    for name, cond in suite["conditions"].items():
+        cond = cond or {}
+        if "budget" in cond:
+            check(f"condition {name!r}: budget", as_int, cond["budget"], "budget", minimum=1)
+        if "group_size" in cond:
+            check(f"condition {name!r}: group_size", as_int, cond["group_size"], "group_size", minimum=1)
+        if "pass_rate_beta" in cond and (not isinstance(cond["pass_rate_beta"], list) or len(cond["pass_rate_beta"]) != 2):
+            raise UserError(f"{path}: condition {name!r}: pass_rate_beta must be two numbers [a, b], got "
+                            f"{cond['pass_rate_beta']!r}")
+    for name, arm in suite["arms"].items():
+        arm = arm or {}
+        if "order_offset" in arm:
+            check(f"arm {name!r}: order_offset", as_int, arm["order_offset"], "order_offset", minimum=0)
+        if "group_size" in arm:
+            check(f"arm {name!r}: group_size", as_int, arm["group_size"], "group_size", minimum=1)
+        if not isinstance(arm.get("strategy_kwargs", {}), dict):
+            raise UserError(f"{path}: arm {name!r}: strategy_kwargs must be a mapping")
+    seed, lr = int(suite["validation_seeds"][0]), float(suite["lrs"][0])
+    for name in suite["conditions"]:
+        setup = condition_config(suite, name)
+        check(f"condition {name!r}", _world, setup, seed)
+        for arm in suite["arms"]:
+            for split in ("validation", "test"):
+                check(f"condition {name!r}, arm {arm!r}", _trainer, suite, setup, arm, seed, lr, split)
 
 
 def condition_config(suite: dict[str, Any], condition: str) -> dict[str, Any]:

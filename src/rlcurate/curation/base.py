@@ -120,6 +120,9 @@ class Group:
         return g
 
 
+GROUP_ADVANTAGES = ("grpo", "drgrpo", "rloo")  # the kinds group_advantages computes
+
+
 def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
     """The advantage of each completion of ``group`` (chapter 5), times ``group.weight``:
 
@@ -145,7 +148,7 @@ def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
     elif kind == "rloo":
         a = rloo(r)
     else:
-        raise ValueError(f"advantage must be grpo, drgrpo or rloo, got {kind!r}")
+        raise ValueError(f"advantage must be one of {', '.join(GROUP_ADVANTAGES)}, got {kind!r}")
     return a * group.weight
 
 

@@ -209,8 +209,11 @@ class SimTrainer:
                  seed: int = 0, test_fraction: float = 0.2, theta: np.ndarray | None = None,
                  optimizer: str = "sgd", validation_fraction: float = 0.0, eval_split: str = "test",
                  order_offset: int = 0):
+        from rlcurate.curation.base import GROUP_ADVANTAGES
         from rlcurate.rollout.base import SamplingParams
 
+        if advantage not in GROUP_ADVANTAGES:
+            raise ValueError(f"advantage must be one of {', '.join(GROUP_ADVANTAGES)}, got {advantage!r}")
         self.world = world
         self.task = SimTask(world, test_fraction, seed, validation_fraction)
         self.curator = curator

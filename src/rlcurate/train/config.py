@@ -225,10 +225,11 @@ class TrainConfig:
             raise UserError(f"out_dir must name a folder for the run's checkpoints and metrics, got {self.out_dir!r}")
         if not (self.clip_ratio_c == 0 or self.clip_ratio_c > 1):
             raise UserError(f"clip_ratio_c must be 0 (off) or > 1, got {self.clip_ratio_c!r}")
+        from rlcurate.curation.base import GROUP_ADVANTAGES
         from rlcurate.train.report import parse_report_to
 
         parse_report_to(self.report_to)
-        choices = {"advantage": ("grpo", "drgrpo", "rloo"),
+        choices = {"advantage": GROUP_ADVANTAGES,
                    "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
                    "lr_schedule": ("constant", "cosine"), "device": ("auto", "cpu", "cuda"),
                    "dtype": ("auto", "fp32", "bf16"), "decode": DECODE_MODES,
