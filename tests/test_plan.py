@@ -189,6 +189,41 @@ def test_dry_run_trains_the_real_architecture_through_the_gpu_code_path(path, sh
     assert "eval/accuracy" in step
 
 
+def test_dry_run_checks_the_run_before_building_the_checkpoint_and_leaves_no_temporary_folder(
+        tmp_path, capsys, shared_data, monkeypatch):
+    """The task's data is checked before the random checkpoint is built (a 1.5B one takes minutes and GBs);
+    the temporary folder is removed whatever happens; a --set wins over the cut."""
+    import tempfile
+
+    import rlcurate.models.architectures as architectures
+    import rlcurate.train as train
+    from rlcurate.dryrun import dry_run
+    from rlcurate.train.dry_run import CUT
+
+    monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    built, trained = [], []
+    monkeypatch.setattr(architectures, "random_checkpoint", lambda model, folder, *a, **k: built.append(folder) or folder)
+
+    class Stop(Exception):
+        pass
+
+    def trainer(config, **kwargs):
+        trained.append(config)
+        raise Stop
+
+    monkeypatch.setattr(train, "Trainer", trainer)
+    config = REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml"
+    assert main(["dryrun", "--config", str(config), "--set", "task_kwargs.data_dir=/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a directory" in err and len(err.strip().splitlines()) == 1 and not built
+    with pytest.raises(Stop):
+        dry_run(config, overrides=["max_new_tokens=24"])
+    assert len(built) == 1 and trained[0].max_new_tokens == 24 and trained[0].prompts_per_step == CUT["prompts_per_step"]
+    assert trained[0].model == str(built[0]) and not list((tmp_path / "tmp").iterdir())
+
+
 def test_dry_run_refuses_an_unknown_model_before_building_anything(tmp_path, capsys, shared_data, monkeypatch):
     monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
     cfg = tmp_path / "c.yaml"

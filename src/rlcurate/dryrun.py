@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -49,8 +50,9 @@ __all__ = ["dry_run", "main", "CUT", "DRY_RUN_ENV", "DRY_RUN_LAYERS", "dry_run_a
 def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | None = None,
             workdir=None, overrides: list[str] | None = None, device: str = "auto") -> dict[str, Any]:
     """Train the config's architecture with random weights for ``steps`` steps and one evaluation
-    (module docstring). Returns the run's summary with times, the peak memory and what was changed."""
-    from rlcurate.models.architectures import architecture, random_checkpoint
+    (module docstring). Returns the run's summary with times, the peak memory and what was changed. The
+    random checkpoint is built in ``workdir`` (kept) or in a temporary folder removed afterwards."""
+    from rlcurate.models.architectures import architecture
     from rlcurate.train.config import TrainConfig
 
     config = TrainConfig.load(config_path, overrides)
@@ -61,32 +63,52 @@ def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | No
     if steps < 1:
         raise UserError(f"--steps must be at least 1, got {steps}")
     tok_dir = tokenizer_dir()
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlcurate_dryrun_"))
     changes = cut_changes(config, steps)
     if full:
         changes = {k: v for k, v in changes.items() if k not in CUT}
-    changes.update(device=device, out_dir=str(work / "run"))
-    arch_changes = {"num_hidden_layers": layers} if layers else {}
+    overridden = {item.split("=", 1)[0].split(".", 1)[0] for item in overrides or []}
+    changes = {k: v for k, v in changes.items() if k not in overridden}  # a --set applies after the cut
+    changes["device"] = device
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlcurate_dryrun_"))
+    try:
+        return _dry_run(config, config_path, changes, work, tok_dir, layers=layers, full=full)
+    finally:
+        if workdir is None:  # the random checkpoint takes GBs for a 1.5B model: never left behind
+            shutil.rmtree(work, ignore_errors=True)
 
-    t0 = time.perf_counter()
-    folder = random_checkpoint(config.model, work / "checkpoint", tok_dir, seed=config.seed, **arch_changes)
-    t_build = time.perf_counter() - t0
+
+def _dry_run(config, config_path, changes: dict[str, Any], work: Path, tok_dir: Path, *, layers: int | None,
+             full: bool) -> dict[str, Any]:
+    from rlcurate.models.architectures import architecture, random_checkpoint
+    from rlcurate.presets import task_kwargs_for
+    from rlcurate.train.config import TrainConfig
+    from rlcurate.train.preflight import preflight
+
+    def with_changes(**more):
+        data = {**config.to_dict(), **changes, **more}
+        return TrainConfig.from_dict(data, source=f"{config_path} (dry run)")
+
+    changes["out_dir"] = str(work / "run")
+    # every check a run makes without its model (the cut config, task, data, strategy), before the
+    # checkpoint is built: a mistake costs seconds, not the build of a random model
+    planned = with_changes()
+    planned.task_kwargs, _ = task_kwargs_for(planned.model, planned.task, planned.task_kwargs)
+    task, curator, _ = preflight(planned, check_model=False)
+
     model_id = config.model
+    t0 = time.perf_counter()
+    folder = random_checkpoint(model_id, work / "checkpoint", tok_dir, seed=config.seed,
+                               **({"num_hidden_layers": layers} if layers else {}))
+    t_build = time.perf_counter() - t0
     changes["model"] = str(folder)
-    for key, value in changes.items():
-        setattr(config, key, value)
-    config = TrainConfig.from_dict(config.to_dict(), source=f"{config_path} (dry run)")
+    config = with_changes(task_kwargs=planned.task_kwargs)
 
     import torch
 
-    from rlcurate.presets import task_kwargs_for
     from rlcurate.train import Trainer
-    from rlcurate.train.preflight import preflight
 
-    config.task_kwargs, _ = task_kwargs_for(config.model, config.task, config.task_kwargs)
-    task, curator, _ = preflight(config)
     coin_reward(task)
-    cuda = torch.cuda.is_available() and device in ("auto", "cuda")
+    cuda = torch.cuda.is_available() and changes["device"] in ("auto", "cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t1 = time.perf_counter()
@@ -119,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, help="keep only the first N transformer layers")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key (after the cut)")
+                   help="override a config key (applied after the cut: it wins over the cut's value)")
     p.add_argument("--json", help="write the results to this JSON file")
     args = p.parse_args(argv)
     for path in args.config:  # every file is checked before the first (expensive) run
