@@ -35,7 +35,7 @@ from scipy import stats
 
 __all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
            "Paired", "paired", "aa_controls", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage",
-           "first_crossing", "rollouts_to_target", "Ratio", "ratio_table"]
+           "resampled_coverage", "first_crossing", "rollouts_to_target", "Ratio", "ratio_table"]
 
 CURRENCIES = {
     "rollouts": "generated rollouts",
@@ -283,6 +283,48 @@ def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: fl
         _, low, high = _t_interval(d, level)
         hits += low <= truth <= high
     return hits / reps
+
+
+def resampled_coverage(differences: Sequence[Sequence[float]], n_seeds: int = 8, reps: int = 4000,
+                       level: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """The coverage of :func:`paired`'s ``level`` t interval when the per-seed paired differences have the
+    shape of observed ones (:func:`coverage` uses synthetic noise; appendix A3 uses this on SmolLM2's runs).
+
+    Each comparison's differences d (one per seed) are standardised, z = (d - mean d) / sd d: what is
+    left is the noise's shape, since a t interval moves with the location and scales with the scale. The
+    z of all comparisons are pooled (mean exactly 0), and ``reps`` experiments of ``n_seeds`` draws with
+    replacement from the pool, whose true mean is 0, each get their interval. Returns ``coverage``, the
+    share of intervals that hold 0, its binomial standard error ``se``, the pool's ``n``, ``skewness`` and
+    ``excess_kurtosis``, and the middle 95 % of those two had the differences been normal
+    (``normal_skewness``, ``normal_excess_kurtosis``). The z of n seeds are bounded by (n - 1) / sqrt(n), so a tail heavier than
+    those observed is not represented; :func:`coverage`'s heavy-tailed design checks that case."""
+    pool = []
+    for k, d in enumerate(differences):
+        d = np.asarray(d, dtype=float)
+        if d.ndim != 1 or d.size < 3 or not np.isfinite(d).all():
+            raise ValueError(f"comparison {k}: needs three or more finite per-seed differences, got {d.tolist()}")
+        if np.ptp(d) == 0:
+            raise ValueError(f"comparison {k}: its differences are all equal ({d[0]}), so they have no shape")
+        pool.append((d - d.mean()) / d.std(ddof=1))
+    if not pool:
+        raise ValueError("no comparisons given")
+    z = np.concatenate(pool)
+    rng = np.random.default_rng(seed)
+    draws = rng.choice(z, size=(reps, n_seeds), replace=True)
+    mean, sd = draws.mean(axis=1), draws.std(axis=1, ddof=1)
+    half = float(stats.t.ppf(0.5 + level / 2, n_seeds - 1)) * sd / math.sqrt(n_seeds)
+    hit = float(np.mean(np.abs(mean) <= half))
+    # the same pool's shape statistics had the differences been normal (z of few seeds have a negative
+    # excess kurtosis even then): the middle 95 % of 2,000 such pools
+    shapes = []
+    for _ in range(2000):
+        sim = [rng.standard_normal(p.size) for p in pool]
+        sz = np.concatenate([(x - x.mean()) / x.std(ddof=1) for x in sim])
+        shapes.append((stats.skew(sz), stats.kurtosis(sz)))
+    lo, hi = np.percentile(np.array(shapes), [2.5, 97.5], axis=0)
+    return {"coverage": hit, "se": math.sqrt(hit * (1 - hit) / reps), "n": int(z.size),
+            "skewness": float(stats.skew(z)), "excess_kurtosis": float(stats.kurtosis(z)),
+            "normal_skewness": (float(lo[0]), float(hi[0])), "normal_excess_kurtosis": (float(lo[1]), float(hi[1]))}
 
 
 # ---------------------------------------------------------------------------------------------- tables

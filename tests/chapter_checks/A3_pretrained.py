@@ -142,3 +142,12 @@ def check(records):
         assert all(s4 > 0 and s16 > 0 for s4, s16 in precise["sd_4_to_16"].values())
         assert set(precise["same_training"]) == {"uniform", "uniform_aa", "insight", "combined", "combined_failures"}
         assert all(0 <= n <= 8 for n in precise["same_training"].values())
+    # the paired interval's coverage on SmolLM2's own noise: 15 distinct comparisons x 8 seeds, resampled; within
+    # a point of the nominal 0.95 (a shape the t interval cannot carry gives far less, tests/test_comparison.py)
+    cover = records["coverage"]
+    if cover is not None:
+        for measure in ("final", "area"):
+            r = cover[measure]
+            assert r["comparisons"] == 15 and r["n"] == 120, measure
+            assert abs(r["coverage"] - 0.95) < 0.01 and 0 < r["se"] < 0.005, (measure, r)
+        assert all(all(by.values()) for by in cover["aa_covers_zero"].values()) and len(cover["aa_covers_zero"]) == 4
