@@ -316,12 +316,13 @@ def resampled_coverage(differences: Sequence[Sequence[float]], n_seeds: int = 8,
     hit = float(np.mean(np.abs(mean) <= half))
     # the same pool's shape statistics had the differences been normal (z of few seeds have a negative
     # excess kurtosis even then): the middle 95 % of 2,000 such pools
-    shapes = []
-    for _ in range(2000):
-        sim = [rng.standard_normal(p.size) for p in pool]
-        sz = np.concatenate([(x - x.mean()) / x.std(ddof=1) for x in sim])
-        shapes.append((stats.skew(sz), stats.kurtosis(sz)))
-    lo, hi = np.percentile(np.array(shapes), [2.5, 97.5], axis=0)
+    sims = []
+    for size in sorted({p.size for p in pool}):
+        x = rng.standard_normal((2000, sum(p.size == size for p in pool), size))
+        sims.append(((x - x.mean(axis=2, keepdims=True)) / x.std(axis=2, ddof=1, keepdims=True)).reshape(2000, -1))
+    sz = np.concatenate(sims, axis=1)
+    shapes = np.stack([stats.skew(sz, axis=1), stats.kurtosis(sz, axis=1)], axis=1)
+    lo, hi = np.percentile(shapes, [2.5, 97.5], axis=0)
     return {"coverage": hit, "se": math.sqrt(hit * (1 - hit) / reps), "n": int(z.size),
             "skewness": float(stats.skew(z)), "excess_kurtosis": float(stats.kurtosis(z)),
             "normal_skewness": (float(lo[0]), float(hi[0])), "normal_excess_kurtosis": (float(lo[1]), float(hi[1]))}

@@ -54,3 +54,9 @@ def check(records):
                 assert r["low"] <= r["diff"] <= r["high"] and 0 <= r["p_holm"] <= 1, arm
         fixed = records["combined_failures_vs_combined_final"]
         assert fixed["low"] > 0  # counting hinted failures removes the recipe's collapse
+    # the interval's coverage on the tiny model's own noise (resampled): at its level at the budget, slightly
+    # liberal in area (skewed differences), as the text says
+    cover = records["tiny_coverage"]
+    if cover is not None:
+        assert abs(cover["final"]["coverage"] - 0.95) < 0.01 and len(cover["final"]["leave_one_out"]) == 11
+        assert 0.90 < cover["area"]["coverage"] < 0.945 and cover["area"]["skewness"] > cover["area"]["normal_skewness"][1]
