@@ -31,6 +31,19 @@ def test_every_shipped_gpu_config_and_suite_fits_an_80gb_card(path, capsys):
     assert "fits" in out and "DOES NOT FIT" not in out and "GPU-hours" in out
 
 
+def test_set_applies_to_every_run_of_a_suite(capsys):
+    """`plan --suite S --set k=v` plans the suite with the change (it was silently ignored for suites)."""
+    import re
+
+    path = REPO / "configs" / "suites" / "gpu_end_to_end_gsm8k.yaml"
+
+    def hours(*extra):
+        assert main(["plan", "--suite", str(path), *extra]) == 0
+        return float(re.search(r"suite gpu_end_to_end_gsm8k .*: (\d+) GPU-hours", capsys.readouterr().out).group(1))
+
+    assert hours("--set", "decode=dynamic") > 2 * hours()  # eager decode, about four times the captured loop's hours
+
+
 def test_a_config_that_does_not_fit_is_refused_with_the_knob_to_turn(capsys):
     path = REPO / "configs" / "gpu_e2e_qwen25_math_15b.yaml"
     assert main(["plan", "--config", str(path), "--set", "micro_batch_tokens=32768"]) == 1

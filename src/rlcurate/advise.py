@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--close-gap", type=float, default=SIM_CLOSE_GAP,
                     help="the simulation's target: the start's held-out pass rate plus this share of its gap to 1")
     ap.add_argument("--boots", type=int, default=100, help="bootstrap refits of the distribution")
-    ap.add_argument("--no-sim", action="store_true", help="the fit and the gate only (under a second)")
+    ap.add_argument("--no-sim", action="store_true", help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts)")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for advice.json and advice.png (default: the audit folder)")
     args = ap.parse_args(argv)

@@ -289,7 +289,7 @@ def _suite_configs(path):
 def main(argv: list[str] | None = None) -> int:
     from rlcurate._help import ArgumentParser, HelpFormatter, wrap
     from rlcurate.errors import UserError
-    from rlcurate.train.config import TrainConfig
+    from rlcurate.train.config import TrainConfig, apply_overrides
 
     p = ArgumentParser(prog="rlcurate plan", formatter_class=HelpFormatter,
                        description=wrap("Predict the peak GPU memory and the GPU-hours of training configurations "
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, nargs=3, metavar=("MIN", "MEAN", "MAX"),
                    help="prompt lengths in tokens (default: measured for the task)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key")
+                   help="override a config key (of every --config and of every run of a --suite)")
     args = p.parse_args(argv)
     if not args.config and not args.suite:
         raise UserError("give --config or --suite")
@@ -316,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.suite:
         suite, runs = _suite_configs(path)
         suites.append((suite["name"], path, [f"{path}:{name}" for name, _, _ in runs]))
-        jobs += [(f"{path}:{name}", len(seeds), config) for name, seeds, config in runs]
+        jobs += [(f"{path}:{name}", len(seeds),
+                  TrainConfig.from_dict(apply_overrides(config.to_dict(), args.overrides), source=f"{path}:{name} (with --set)")
+                  if args.overrides else config) for name, seeds, config in runs]
     from rlcurate.curation import build_curator
     from rlcurate.tasks.registry import validate_task
 
