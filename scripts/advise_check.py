@@ -12,7 +12,7 @@ starting policy and its predicted ratio (with its interval) is put beside the me
   (data/audits/smollm2_arith_chat_train); its target, the start plus 0.15 of the gap, is chosen here, after
   the runs (the suite declared accuracy at the budget).
 
-    python scripts/advise_check.py            # about 2-3 minutes on one core; writes data/advise/
+    python scripts/advise_check.py            # about 5 minutes on one core; writes data/advise/
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def main() -> int:
                              "predicted": pred[f"uniform_g{g}"], "measured": by_g[f"uniform_g{g}"]})
 
     tiny_main, gap_main = measured_suite("curation_pays.yaml", ARMS)
-    tiny_group, _ = measured_suite("curation_pays_group.yaml", ["uniform_g4", "uniform_g2"])
+    tiny_group, _ = measured_suite("curation_pays_group.yaml", ["uniform_g4", "uniform_g2", "uniform_g16"])
     k, n = audit_counts(ROOT / "data" / "audits" / "spread_train48")
     pred = predict("tiny/main", k, n, int(k.size), gap_main)
     for arm, m in {**tiny_main, **tiny_group}.items():

@@ -36,7 +36,16 @@ def check(records):
     hard = records["tiny_hard"]
     assert hard["uniform_aa"]["low"] <= 1 <= hard["uniform_aa"]["high"]
     assert {"oracle_select", "oracle_alloc", "insight", "greso", "dapo"} <= set(hard)
-    assert set(records["tiny_group"]) == {"uniform_g4", "uniform_g2"}
+    assert set(records["tiny_group"]) == {"uniform_g4", "uniform_g2", "uniform_g16"}
+    # groups of 16 at equal rollouts per step cost (the text's verdict), and Pilot-Commit gains nothing on its
+    # paper's baseline at its trained batch while the published 0.67 is excluded
+    assert records["tiny_group"]["uniform_g16"]["low"] > 1 and records["tiny_group"]["uniform_g16"]["p_holm"] < 0.05
+    pc = records["pilot_commit_vs_paper_baseline"]
+    assert pc["low"] <= 1 <= pc["high"] and pc["p_published"] < 0.05
+    # Knapsack-RL's crossing is uniform's on every seed at G = 2 (nothing to move), on all but one at G = 4 and 16
+    same = records["knapsack_same_crossing"]
+    if "g2" in same:  # the committed map (the smoke profile runs two conditions of a reduced suite)
+        assert {c: same[c] for c in ("g2", "g4", "g16")} == {"g2": 16, "g4": 15, "g16": 15}
     for table in (hard, records["tiny_group"]):
         for arm, r in table.items():
             assert r["low"] <= r["ratio"] <= r["high"] and 0 <= r["p_holm"] <= 1, arm
@@ -44,3 +53,6 @@ def check(records):
     # chapter 10's runs repeated here agree with chapter 10's at every shared grid point in 44 of 48 (committed runs)
     assert abs(records["s_ratio_eighth_to_half"] - 0.81) < 0.005
     assert records["repeats_chapter_10"] == {"same": 44, "differ": 4}
+    # the text counts the rates chosen at an end of the grid, not extended: 10 of 130 in the committed map
+    if "g2" in records["knapsack_same_crossing"]:
+        assert sum(len(v) for v in records["edge_rates"].values()) == 10
