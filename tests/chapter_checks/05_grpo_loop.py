@@ -51,3 +51,8 @@ def check(records):
 
     gpu = records["gpu_config"]
     assert gpu["model"] == "Qwen/Qwen2.5-0.5B-Instruct" and gpu["group_size"] == 8 and gpu["lr"] == 1e-6
+    # the group sizes paired over the committed runs' three seeds, Holm-adjusted across the three comparisons
+    pairs = records.get("group_size_paired")
+    if pairs:
+        assert all(r["seeds"] == [0, 1, 2] and r["p_t"] <= r["p_holm"] <= 1 for r in pairs.values()), pairs
+        assert pairs["G = 16 - G = 8"]["p_holm"] > 0.05  # the text: indistinguishable from noise after the adjustment
