@@ -126,22 +126,17 @@ def _check_values(suite: dict[str, Any]) -> None:
         raise UserError(f"{path}: endpoint must be {{primary: {ENDPOINT['primary']}, close_gap: <in (0, 1)>, "
                         f"secondary: [{', '.join(ENDPOINT['secondary'])}] or some of them}} (what this program "
                         f"measures); got {endpoint}")
+    for kind, minima in (("condition", {"budget": 1, "group_size": 1}), ("arm", {"order_offset": 0, "group_size": 1})):
+        for name, spec in suite[kind + "s"].items():
+            for key, low in minima.items():
+                if key in (spec or {}):
+                    check(f"{kind} {name!r}: {key}", as_int, spec[key], key, minimum=low)
     for name, cond in suite["conditions"].items():
-        cond = cond or {}
-        if "budget" in cond:
-            check(f"condition {name!r}: budget", as_int, cond["budget"], "budget", minimum=1)
-        if "group_size" in cond:
-            check(f"condition {name!r}: group_size", as_int, cond["group_size"], "group_size", minimum=1)
-        if "pass_rate_beta" in cond and (not isinstance(cond["pass_rate_beta"], list) or len(cond["pass_rate_beta"]) != 2):
-            raise UserError(f"{path}: condition {name!r}: pass_rate_beta must be two numbers [a, b], got "
-                            f"{cond['pass_rate_beta']!r}")
+        beta = (cond or {}).get("pass_rate_beta", [0, 0])
+        if not isinstance(beta, list) or len(beta) != 2:
+            raise UserError(f"{path}: condition {name!r}: pass_rate_beta must be two numbers [a, b], got {beta!r}")
     for name, arm in suite["arms"].items():
-        arm = arm or {}
-        if "order_offset" in arm:
-            check(f"arm {name!r}: order_offset", as_int, arm["order_offset"], "order_offset", minimum=0)
-        if "group_size" in arm:
-            check(f"arm {name!r}: group_size", as_int, arm["group_size"], "group_size", minimum=1)
-        if not isinstance(arm.get("strategy_kwargs", {}), dict):
+        if not isinstance((arm or {}).get("strategy_kwargs", {}), dict):
             raise UserError(f"{path}: arm {name!r}: strategy_kwargs must be a mapping")
     seed, lr = int(suite["validation_seeds"][0]), float(suite["lrs"][0])
     for name in suite["conditions"]:
