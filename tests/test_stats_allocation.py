@@ -97,8 +97,18 @@ def test_escalation_cost_recomputes_a_worked_example():
     assert out["expected_cost"] == pytest.approx(4 + 0.373 * 28 + 0.204 * 224)
     assert out["never_solved"] == pytest.approx(0.187)
     assert np.allclose(out["first_solved_at_tier"], [0.627, 0.169, 0.017])
-    fresh = escalation_cost_from_coverage([0.627, 0.796, 0.813], (4, 32, 256), reuse=False)
-    assert fresh["expected_cost"] == pytest.approx(4 + 0.373 * 32 + 0.204 * 256)
+
+
+def test_escalation_afresh_reaches_a_tier_only_after_every_earlier_tier_failed():
+    """Without reuse a prompt reaches the 256 tier after 4 + 32 = 36 failures, not 32."""
+    p = 0.02
+    fresh = escalation_cost([p], (4, 32, 256), reuse=False)
+    assert fresh["expected_cost"] == pytest.approx(4 + (1 - p) ** 4 * 32 + (1 - p) ** 36 * 256)
+    assert fresh["never_solved"] == pytest.approx((1 - p) ** 292)
+    reused = escalation_cost([p], (4, 32, 256))
+    assert reused["expected_cost"] == pytest.approx(4 + (1 - p) ** 4 * 28 + (1 - p) ** 32 * 224)
+    # the shortcut that reads the reused schedule's coverage for the afresh one overstates the cost
+    assert fresh["expected_cost"] < 4 + (1 - p) ** 4 * 32 + (1 - p) ** 32 * 256
 
 
 def test_escalation_cost_from_pass_rates_monte_carlo():
@@ -115,6 +125,11 @@ def test_escalation_cost_from_pass_rates_monte_carlo():
         else:
             costs.append(256)
     assert np.mean(costs) == pytest.approx(out["expected_cost"], rel=0.08)
+    afresh = []
+    for q in p:
+        draws = rng.random(292) < q            # tiers of 4, then 32 new, then 256 new rollouts
+        afresh.append(4 if draws[:4].any() else 36 if draws[:36].any() else 292)
+    assert np.mean(afresh) == pytest.approx(escalation_cost(p, (4, 32, 256), reuse=False)["expected_cost"], rel=0.08)
     with pytest.raises(ValueError, match="increasing"):
         escalation_cost(p, (4, 4))
 

@@ -266,43 +266,56 @@ def escalation_cost(p, schedule: Sequence[int] = (4, 32, 256), reuse: bool = Tru
     """Expected rollouts per prompt of a tiered schedule, from true pass rates (chapter 1).
 
     Every prompt first gets ``schedule[0]`` rollouts; a prompt with no success so far escalates to
-    ``schedule[1]`` rollouts in total, and so on. With ``reuse=True`` earlier rollouts count toward
-    the next tier (a prompt escalating from 4 to 32 pays 28 more); with ``reuse=False`` each tier
-    starts afresh (it pays 32 more). ``p`` is the pass rate of each prompt in a population (or a
-    sample of one). Returns the expected cost, the share of prompts first solved at each tier, the
-    share never solved, and the cost of giving every prompt the last tier.
+    the next tier, and so on. With ``reuse=True`` earlier rollouts count toward the next tier (a
+    prompt escalating from 4 to 32 draws 28 more, and reaches tier t after K_{t-1} failures); with
+    ``reuse=False`` each tier starts afresh (it draws 32 more, and reaches tier t only after
+    K_1 + ... + K_{t-1} failures). ``p`` is the pass rate of each prompt in a population (or a
+    sample of one). Returns the expected cost, the share of prompts solved by the end of each tier,
+    the share first solved at each tier, the share never solved, and the cost of giving every prompt
+    the last tier.
     """
     p_arr = _pass_rates_1d(p)
+    K = _tiers(schedule)
+    failed_by_tier_end = np.asarray(K) if reuse else np.cumsum(K)
+    with np.errstate(divide="ignore"):
+        unsolved = np.array([np.mean(np.exp(n * np.log1p(-p_arr))) for n in failed_by_tier_end])
+    return _tiered_cost(1.0 - unsolved, K, reuse)
+
+
+def escalation_cost_from_coverage(coverage: Sequence[float], schedule: Sequence[int] = (4, 32, 256)) -> dict:
+    """The same expected cost, with earlier rollouts reused, from the measured share of prompts solved
+    within each tier, i.e. the pass@K curve at K = schedule (chapter 1 uses it to re-check a published
+    worked example). Tiers that start afresh need the curve at the cumulative sums K_1 + ... + K_t
+    instead, which a curve read at the tiers does not give: price those with :func:`escalation_cost`."""
+    cov = np.atleast_1d(as_probability(coverage, "coverage"))
+    K = _tiers(schedule)
+    if cov.size != len(K):
+        raise ValueError(f"coverage needs one value per tier ({len(K)}), got {cov.size}")
+    if np.any(np.diff(cov) < -1e-12):
+        raise ValueError(f"coverage must not decrease with the tier, got {cov.tolist()}")
+    return _tiered_cost(cov, K, reuse=True)
+
+
+def _tiers(schedule: Sequence[int]) -> list[int]:
     K = [as_int(k, "schedule entry", minimum=1) for k in schedule]
     if not K:
         raise ValueError("schedule must hold at least one tier")
     if any(b <= a for a, b in zip(K, K[1:])):
         raise ValueError(f"schedule must be strictly increasing, got {list(K)}")
-    with np.errstate(divide="ignore"):
-        unsolved = np.array([np.mean(np.exp(k * np.log1p(-p_arr))) for k in K])  # P(no success in k)
-    coverage = 1.0 - unsolved
-    return escalation_cost_from_coverage(coverage, K, reuse)
+    return K
 
 
-def escalation_cost_from_coverage(coverage: Sequence[float], schedule: Sequence[int] = (4, 32, 256),
-                                  reuse: bool = True) -> dict:
-    """The same expected cost from the measured share of prompts solved within each tier, i.e. the
-    pass@K curve at K = schedule (chapter 1 uses it to re-check a published worked example)."""
-    cov = np.atleast_1d(as_probability(coverage, "coverage"))
-    K = [as_int(k, "schedule entry", minimum=1) for k in schedule]
-    if cov.size != len(K):
-        raise ValueError(f"coverage needs one value per tier ({len(K)}), got {cov.size}")
-    if np.any(np.diff(cov) < -1e-12):
-        raise ValueError(f"coverage must not decrease with the tier, got {cov.tolist()}")
-    reach = np.r_[1.0, 1.0 - cov[:-1]]  # share of prompts that reach tier t
+def _tiered_cost(solved_by_tier_end: np.ndarray, K: list[int], reuse: bool) -> dict:
+    """Cost = sum over tiers of (share that reaches tier t) x (rollouts tier t adds)."""
+    cov = np.asarray(solved_by_tier_end, dtype=float)
+    reach = np.r_[1.0, 1.0 - cov[:-1]]
     extra = np.diff(np.r_[0, K]) if reuse else np.asarray(K)
     cost = float(np.sum(reach * extra))
-    first_solved = np.diff(np.r_[0.0, cov])
     return {
         "schedule": list(K),
         "expected_cost": cost,
         "coverage": cov,
-        "first_solved_at_tier": first_solved,
+        "first_solved_at_tier": np.diff(np.r_[0.0, cov]),
         "never_solved": float(1.0 - cov[-1]),
         "uniform_cost": float(K[-1]),
         "cost_ratio": cost / K[-1],

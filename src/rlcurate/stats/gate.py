@@ -1,8 +1,9 @@
 """The gate: when does a group of rollouts carry a learning signal? (chapter 1, *The gate*).
 
 A prompt with pass rate p gets G rollouts with binary rewards r_1..r_G ~ Bernoulli(p). Every
-group-relative method (RAFT, GRPO, RLOO, pairwise preference) produces a zero update when all G
-rewards are equal, so the update passes through a *gate* that opens with probability
+baselined method (GRPO, Dr. GRPO, RLOO, pairwise preference) produces a zero update when all G
+rewards are equal (RAFT only when all are wrong: it still trains on an all-correct group), so the
+update passes through a *gate* that opens with probability
 
     u(p, G) = 1 - (1 - p)^G - p^G.
 
