@@ -4,6 +4,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlcurate.stats import OBJECTIVES, clip_pass_rate, get_objective, grpo_effective_weight, smooth_pass_rate
+from rlcurate.stats.advantages import standardised
+from rlcurate.stats.objectives import effective_weight
 
 probs = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
@@ -64,10 +66,12 @@ def test_grpo_weight_limits_and_monte_carlo():
     p = np.array([0.1, 0.3, 0.5])
     big = grpo_effective_weight(p, 2000, eps=0.0)
     assert np.allclose(big, 1 / np.sqrt(p * (1 - p)), rtol=0.01)
-    # at finite G the weight saturates at sqrt(G - 1) instead of diverging (population std)
-    assert grpo_effective_weight(0.0, 8, eps=0.0) == pytest.approx(np.sqrt(7))
-    assert grpo_effective_weight(1.0, 8, eps=0.0) == pytest.approx(np.sqrt(7))
-    assert grpo_effective_weight(0.0, 8, eps=0.0, ddof=1) == pytest.approx(np.sqrt(7) * np.sqrt(7 / 8))
+    # at finite G the weight saturates instead of diverging: (G - 1)/sqrt(G) with Bessel's std (the
+    # default, as verl and advantages.standardised), sqrt(G - 1) with the population std
+    assert grpo_effective_weight(0.0, 8, eps=0.0) == pytest.approx(7 / np.sqrt(8))
+    assert grpo_effective_weight(1.0, 8, eps=0.0, ddof=0) == pytest.approx(np.sqrt(7))
+    assert grpo_effective_weight(0.0, 8, eps=0.0, ddof=0) == pytest.approx(np.sqrt(7))
+    assert grpo_effective_weight(0.3, 2) == pytest.approx(effective_weight(0.3, 2, standardised))
     assert grpo_effective_weight(0.4, 1) == 0.0
     # Monte Carlo of E[A | r=1] - E[A | r=0] for G = 4
     rng = np.random.default_rng(0)
@@ -76,4 +80,4 @@ def test_grpo_weight_limits_and_monte_carlo():
     s = r.std(axis=1, keepdims=True)
     a = np.where(s > 0, (r - r.mean(axis=1, keepdims=True)) / (s + 1e-6), 0.0)
     mc = a[r == 1].mean() - a[r == 0].mean()
-    assert mc == pytest.approx(grpo_effective_weight(q, G), abs=0.01)
+    assert mc == pytest.approx(grpo_effective_weight(q, G, ddof=0), abs=0.01)

@@ -18,7 +18,19 @@ def check(records):
     assert abs(nv["n256_p05"] - 1) < 0.01          # stabilised for large n p(1-p)
     assert abs(nv["n8_p001"] - 0.310) < 0.005      # collapses at p << 1/n
     assert abs(nv["n8_p02"] - 1.636) < 0.005       # overshoots at n p ~ 1-2
-    var = records["reweighting_variance"]
-    assert set(var) == {"explicit", "reweighted sampling", "allocation"} and all(v > 0 for v in var.values())
+    # the largest overshoot of n Var over p (closed form, summed over the binomial): the text's 1.82, 2.47, ~1.65
+    peak = records["arcsine_nvar_peak"]
+    assert abs(peak["4"] - 1.818) < 0.002 and abs(peak["2"] - 2.467) < 0.002
+    assert all(abs(peak[n] - 1.65) < 0.01 for n in ("256", "1024"))
+    # the share of 2 - w_G(1/2) that Bessel's correction and the shut gate explain: all, 81%, 54%, then half
+    share = records["wG_half_bessel_gate_share"]
+    assert abs(share["2"] - 1) < 1e-9 and abs(share["4"] - 0.81) < 0.005 and abs(share["8"] - 0.54) < 0.005
+    assert abs(share["64"] - 0.5) < 0.001
+    # the smoothed log weight's ceilings: w(2/10) 7/8 and w(2/25) 7/8
+    ceil = records["smoothed_log_ceilings"]
+    assert abs(ceil["Beta(1, 1) smoothing"] - 4.375) < 1e-6
+    assert abs(ceil["Beta(1, 16) on the group (hypothetical)"] - 10.9375) < 1e-6
+    # the hybrid (Ada-Est's even split) lands on grad J_log up to the rounding of n_i
+    assert records["hybrid_check"]["cosine"] > 0.999
     assert records["log_weight_share_below_005"] > 0.7
     assert 6.9 < records["plug_in_log_ceiling"] <= 7 + 1e-9

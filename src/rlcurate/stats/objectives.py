@@ -146,7 +146,7 @@ def get_objective(name: str | Objective, delta: float = DEFAULT_DELTA, **kwargs)
     return OBJECTIVES[name](delta, **kwargs)
 
 
-def grpo_effective_weight(p, G: int, eps: float = 1e-6, ddof: int = 0):
+def grpo_effective_weight(p, G: int, eps: float = 1e-6, ddof: int = 1):
     """The exact weight w_G(p) that GRPO's standardised advantage puts on grad p at group size G.
 
     For a prompt with pass rate p, the expected GRPO update is w_G(p) * grad p with
@@ -157,7 +157,9 @@ def grpo_effective_weight(p, G: int, eps: float = 1e-6, ddof: int = 0):
     -grad p / (1 - p) (r = 0). The expectation sums over the other G - 1 rewards exactly.
     As G -> infinity (and eps -> 0), w_G(p) -> 1 / sqrt(p (1 - p)), the weight of the arcsin
     objective. At finite G it does not diverge: for p -> 0 the only groups that count hold a single
-    success, whose advantage is sqrt(G - 1) (ddof = 0), so w_G(0) = sqrt(G - 1) (chapter 2).
+    success, whose advantage is (G - 1) / sqrt(G) with Bessel's std (``ddof=1``, the default, as verl
+    and TRL and :func:`rlcurate.stats.advantages.standardised`) or sqrt(G - 1) with the population
+    std (``ddof=0``), so w_G(0) is that value (chapter 2).
     """
     p_arr = np.atleast_1d(as_probability(p, "p"))
     G = as_int(G, "G", minimum=1)
@@ -194,7 +196,7 @@ def effective_weight(p, G: int, advantage: Callable[[np.ndarray], np.ndarray]):
 
     the expectation running over the other G - 1 rewards (Binomial(G - 1, p) successes), because a
     rollout's score function has mean grad p / p given r = 1 and -grad p / (1 - p) given r = 0.
-    Examples: ``standardised`` gives :func:`grpo_effective_weight`; ``rloo`` gives 1 (unbiased for the
+    Examples: ``standardised`` gives :func:`grpo_effective_weight` (same ``eps`` and ``ddof``); ``rloo`` gives 1 (unbiased for the
     linear objective); ``centred`` gives (G - 1) / G; A_i = r_i / p_hat (RAFT averaged over the
     accepted samples) gives (1 - (1 - p)^G) / p, i.e. pass@G / p.
     """
