@@ -72,10 +72,18 @@ def test_paired_differences_cancel_what_the_seeds_share():
         paired({"uniform": {0: 0.5}, "arm": {1: 0.6}}, "uniform")
 
 
+@pytest.mark.parametrize("measure", ["final", "area"])
 @pytest.mark.parametrize("noise", ["normal", "heavy", "skewed"])
-def test_the_interval_covers_at_the_nominal_level(noise):
+def test_the_interval_covers_at_the_nominal_level(noise, measure):
     """Issue #15: at least 90% for a nominal 95% (the percentile bootstrap over 3 seeds reached 80%)."""
-    assert coverage(n_seeds=8, reps=600, noise=noise, seed=1) >= 0.9
+    assert coverage(n_seeds=8, reps=600, noise=noise, seed=1, measure=measure) >= 0.9
+
+
+def test_coverage_refuses_an_unknown_measure_or_noise():
+    with pytest.raises(ValueError, match="measure"):
+        coverage(reps=1, measure="last")
+    with pytest.raises(ValueError, match="noise"):
+        coverage(reps=1, noise="uniform")
 
 
 def test_resampled_coverage_holds_for_normal_differences_and_falls_for_a_strongly_skewed_shape():

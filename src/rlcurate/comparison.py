@@ -244,15 +244,22 @@ def detectable_difference(sd: float, n: int, arms: int = 1, alpha: float = 0.05,
 
 
 def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: float = 0.02,
-             noise: str = "normal", seed: int = 0) -> float:
+             noise: str = "normal", seed: int = 0, measure: str = "final") -> float:
     """The share of ``reps`` synthetic experiments in which :func:`paired`'s interval covers the true
-    difference at the budget (the check that the nominal ``level`` holds for this design).
+    difference (the check that the nominal ``level`` holds for this design; chapter 10).
 
-    Each experiment draws ``n_seeds`` paired learning curves on a 20-point grid,
+    Each experiment draws ``n_seeds`` paired learning curves on a 21-point grid,
     acc(t) = 0.7 (1 - exp(-t / tau_arm)) + s_seed + e(t), with a seed effect s shared by both arms
     (common random numbers), curves that differ by ``effect`` at the budget, and evaluation noise e
-    that is AR(1) over the grid: ``normal`` (sd 0.01), ``heavy`` (Student t with 3 degrees of freedom),
-    or ``skewed`` (a centred exponential)."""
+    that is AR(1) over the grid: ``normal`` (sd 0.01 in both arms), ``heavy`` (Student t with 3 degrees
+    of freedom, both arms), or ``skewed`` (a centred exponential in the arm, normal noise of the same sd
+    in the baseline: noise of one shape in both arms would be symmetric in their difference, which is
+    what the interval is built on). ``measure`` is ``final`` (the last grid point) or ``area`` (the mean
+    of the curve over the grid, trapezoid rule, as :func:`area`)."""
+    if noise not in ("normal", "heavy", "skewed"):
+        raise ValueError(f"noise must be normal, heavy or skewed, got {noise!r}")
+    if measure not in ("final", "area"):
+        raise ValueError(f"measure must be final or area, got {measure!r}")
     rng = np.random.default_rng(seed)
     grid = np.linspace(0, 1, 21)
     tau_b = 0.3
@@ -260,27 +267,31 @@ def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: fl
     target = base[-1] + effect
     tau_a = -1.0 / math.log(1 - target / 0.7)
     arm = 0.7 * (1 - np.exp(-grid / tau_a))
-    truth = arm[-1] - base[-1]
+
+    def read(curves):
+        if measure == "final":
+            return curves[..., -1]
+        return np.sum(np.diff(grid) * (curves[..., 1:] + curves[..., :-1]) / 2, axis=-1) / (grid[-1] - grid[0])
+
+    truth = float(read(arm) - read(base))
     hits = 0
     for _ in range(reps):
         s = rng.normal(0, 0.02, n_seeds)
 
-        def noisy(curve):
-            if noise == "normal":
+        def noisy(curve, shape):
+            if shape == "normal":
                 e = rng.normal(0, 0.01, (n_seeds, grid.size))
-            elif noise == "heavy":
+            elif shape == "heavy":
                 e = 0.01 * rng.standard_t(3, (n_seeds, grid.size)) / math.sqrt(3)
-            elif noise == "skewed":
-                e = 0.01 * (rng.exponential(1.0, (n_seeds, grid.size)) - 1.0)
             else:
-                raise ValueError(f"noise must be normal, heavy or skewed, got {noise!r}")
+                e = 0.01 * (rng.exponential(1.0, (n_seeds, grid.size)) - 1.0)
             for k in range(1, grid.size):  # AR(1): evaluations of one run are correlated
                 e[:, k] = 0.6 * e[:, k - 1] + 0.8 * e[:, k]
             return curve[None, :] + s[:, None] + e
 
-        a, b = noisy(arm), noisy(base)
-        d = a[:, -1] - b[:, -1]
-        _, low, high = _t_interval(d, level)
+        a = noisy(arm, noise)
+        b = noisy(base, "normal" if noise == "skewed" else noise)
+        _, low, high = _t_interval(read(a) - read(b), level)
         hits += low <= truth <= high
     return hits / reps
 
