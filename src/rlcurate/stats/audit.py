@@ -101,7 +101,9 @@ def category_counts(scores, success: float = 1.0) -> dict[str, int]:
 def improvement_potential(scores) -> dict[str, float]:
     """Mean score, best-of-n score and their difference (chapter 4).
 
-    The best-of-n average is the ceiling a policy reaches if it always produced its best observed run;
+    With 0/1 scores the best-of-n average is the share of samples solved at least once in n runs: an
+    estimate of pass@n, and from below of coverage (the share the policy can solve at all). It is not a
+    ceiling on what training reaches (chapter 4 shows RL passing the best-of-4 average).
     ``relative_gain`` is (best - mean) / mean (NaN-free: 0 when the mean is 0 and so is the gain).
     """
     m = sample_metrics(scores)
