@@ -47,11 +47,43 @@ def check(records):
         assert abl["p(1-p) S: step 3 undone"][obj] > abl["p(1-p): steps 1-3 (idealised)"][obj], obj
     spread = records["rho_S_spread"]
     assert spread["corr"] < 0 and spread["sd_log_rho_S"] < min(spread["sd_log_rho"], spread["sd_log_S"])
-    # with prompts redrawn each step the between-prompt term dilutes every gain: within <= total <= 1
-    for r in records["alloc_total_rows"]:
-        assert r["within"] - 1e-9 <= r["total"] <= max(1.0, r["within"]) + 1e-9, r
-        if r["se"] > 0:
-            assert abs(r["measured"] - r["total"]) < 5 * r["se"], r
-    # estimating p costs rollouts: the net ratio never beats the training-only one
-    for r in records["pilot_rows"]:
-        assert r["net"] >= r["train_only"] - 1e-12, r
+    # with prompts redrawn each step the between-prompt term dilutes the gains: the oracle saves at most a
+    # few percent of the total noise for the linear and arcsine objectives, but most of it for the log
+    totals = {(r["objective"], r["allocation"]): r for r in records["alloc_total_rows"]}
+    for r in totals.values():
+        assert r["se"] > 0 and abs(r["measured"] - r["total"]) < 5 * r["se"], r
+    assert totals[("linear", "oracle")]["total"] >= 0.95 and totals[("arcsin", "oracle")]["total"] >= 0.95
+    assert totals[("log", "oracle")]["total"] < 0.6
+    # the arcsine's idealised row is an A/A control: a real measurement, not a hand-set 1
+    assert rows[("arcsin", "idealised")]["se"] > 0
+    # estimating p: GVM's exact-pilot net ratio (0.83 in the cpu profile) is a modest saving; a smoothed
+    # 8-sample pilot leaves the log rule with about no net gain, the plug-in makes both lose, a 2-sample
+    # smoothed pilot keeps part of the gain, and the linear rule breaks even below one rollout per prompt
+    pilot = {(r["rule"], r["p_from"]): r for r in records["pilot_rows"]}
+    gvm_rule = next(rule for rule, _ in pilot if "GVM" in rule)
+    assert 0.7 < pilot[(gvm_rule, "exact, K = 8 pilot")]["net"] < 0.9
+    assert abs(pilot[("log, idealised", "K = 8, Beta(1,1)")]["net"] - 1) < 0.1
+    for rule in ("log, idealised", gvm_rule):
+        assert pilot[(rule, "K = 8, k/K")]["net"] > 2, rule
+        assert pilot[(rule, "K = 2, Beta(1,1)")]["net"] < min(1.0, pilot[(rule, "K = 8, Beta(1,1)")]["net"]), rule
+    assert 8 * (1 / pilot[("linear, idealised", "exact, free")]["train_only"] - 1) < 1
+    # a pilot merged into training does better than a discarded one (its bias aside)
+    merged = records["pilot_merged"]
+    for rule in ("log, idealised", gvm_rule):
+        assert merged[rule]["beta"] < pilot[(rule, "K = 8, Beta(1,1)")]["net"] - 0.1, rule
+    # a floor of two rollouts per prompt barely changes the log rules' gains
+    for kind, r in records["log_nmin2"].items():
+        assert r["single"] > 0 and 0 <= r["ratio_nmin2"] - r["ratio_nmin1"] < 0.02, (kind, r)
+    # RAFT's real weight pass@8(p)/p departs from the idealised 1/p, and GVM's allocation turns its update
+    raft = records["raft_real_weight"]
+    assert raft["weight_ratio_min"] < 0.2 and raft["turn_vs_log_deg"] > 2 and raft["gvm_turn_deg"] > 1
+    assert raft["norm_vs_log"] < 0.9
+    # GVM-GRPO: GVM's allocation raises the variance at a fixed arcsine weight and zeroes single-rollout prompts
+    gg = records["gvm_grpo"]
+    assert gg["ratio_arcsine"] > 1.5 and gg["single"] > 0 and gg["shift_min"] == 0 and gg["shift_max"] > 1
+    # the baseline: little effect at uniform (the hard prompts dominate), and it raises sigma^2 on easy prompts
+    be = records["baseline_effect"]
+    assert 0.9 < be["ratio"] < 1 and be["hard_share"] > 0.8 and be["n_raised"] > 0 and be["p_min_raised"] > 0.5
+    assert be["easy_n_log_oracle"] > be["easy_n_raft_oracle"]
+    # with pass rates in [0.1, 0.9] the linear objective's idealised rule loses to uniform on every draw
+    assert min(records["tail_linear_idealised"]["0.1"]) > 1
