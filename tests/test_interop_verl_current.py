@@ -105,21 +105,27 @@ def test_sage_light_in_verl_hints_the_prompts_this_packages_sage_light_hints(pro
     is built by its own ``__init__`` (selected as ``rlcurate_curated``, running as verl's sync mode); verl's replay
     buffer, its DAPO filter and refills and the GPU half of ``_step_once`` do not run (stubbed)."""
     hints = probe["hints"]
-    for mode, loader_batch in (("uniform", 4), ("insight_one_per_fetch", 1)):
+    for mode, loader_batch in (("uniform", 4), ("insight_one_per_fetch", 1), ("insight_hinted_failures", 1)):
         h = hints[mode]
         assert h["sampler"] == "HintedCurationSampler" and h["loader_batch"] == loader_batch, mode
         assert h["same_prompts"], mode  # (prompt id, raw_prompt) per step, in order
         assert h["levels"] == h["ref_levels"] and len(h["levels"]) == 10, mode
-        assert h["hinted_prompts"] >= 10 and any(2 in step for step in h["levels"]), (mode, h["levels"])  # levels rise
+        assert h["hinted_prompts"] >= 10, (mode, h["levels"])
+        if mode != "insight_hinted_failures":  # levels rise to 2; counting hinted failures moves INSIGHT off them first
+            assert any(2 in step for step in h["levels"]), (mode, h["levels"])
         assert h["schedule_equal"] and h["selection_equal"] and h["observed"] == 10, mode
         assert h["uids_left"] == 0, mode  # every submitted prompt's level was used and forgotten
         counts = [[step.get(f"rlcurate/sage_rolled_level{lv}") for lv in range(4)] for step in h["metrics"]]
         assert counts == [[step.count(lv) for lv in range(4)] for step in h["levels"]], mode
         assert h["state_has_hints"] and h["restored"], mode  # the schedule travels in data.pt
         assert 64 < h["longest_hinted_prompt"] <= 256, mode  # checked against rollout.prompt_length when built
-    # INSIGHT takes no evidence from hinted groups: its trials are exactly the unhinted responses
+    # INSIGHT takes no evidence from hinted groups by default: its trials are exactly the unhinted responses;
+    # with hinted_evidence="failures" (appendix A2's example) a hinted group's failures are trials too
     ev = hints["insight_one_per_fetch"]["hinted_evidence"]
     assert ev["trials_equal_unhinted"] and ev["hinted_responses"] > 0
+    ev = hints["insight_hinted_failures"]["hinted_evidence"]
+    assert ev["trials_equal_unhinted_and_hinted_failures"] and ev["hinted_failures"] > 0
+    assert not ev["trials_equal_unhinted"]
 
 
 def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(probe):

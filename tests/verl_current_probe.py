@@ -297,16 +297,26 @@ def hint_parquet(folder: str, task, prompt=None) -> str:
 
 
 def _hinted_evidence(sampler, seen, levels) -> dict:
-    """INSIGHT's trials per prompt against its unhinted responses: hinted groups are no evidence (chapter 10)."""
+    """INSIGHT's trials per prompt against the responses it saw: a hinted group is no evidence by default
+    (``hinted_evidence="skip"``), and with ``hinted_evidence="failures"`` its failures count as failed trials
+    (chapter 10)."""
     beliefs = getattr(sampler.selection.selector, "beliefs", None)
     if beliefs is None:
         return {}
     unhinted = np.zeros(beliefs.alpha.size)
-    for step, lv in zip(seen, levels):
+    hinted_failures = np.zeros(beliefs.alpha.size)
+    for step_no, (step, lv) in enumerate(zip(seen, levels), start=1):
         for (i, _), level in zip(step, lv):
-            unhinted[sampler.positions([i])[0]] += N_RESP * (level == 0)
-    return {"trials_equal_unhinted": bool(np.array_equal(beliefs.alpha + beliefs.beta - 2, unhinted)),
-            "hinted_responses": int(N_RESP * sum(lv > 0 for step in levels for lv in step))}
+            pos = sampler.positions([i])[0]
+            if level == 0:
+                unhinted[pos] += N_RESP
+            else:
+                hinted_failures[pos] += sum(1 - hint_reward(step_no, (i - 500) // 3, True, s) for s in range(N_RESP))
+    trials = beliefs.alpha + beliefs.beta - 2
+    return {"trials_equal_unhinted": bool(np.array_equal(trials, unhinted)),
+            "trials_equal_unhinted_and_hinted_failures": bool(np.array_equal(trials, unhinted + hinted_failures)),
+            "hinted_responses": int(N_RESP * sum(lv > 0 for step in levels for lv in step)),
+            "hinted_failures": int(hinted_failures.sum())}
 
 
 def check_hints(out: dict, parquet: str, tokenizer) -> None:
@@ -332,7 +342,10 @@ def check_hints(out: dict, parquet: str, tokenizer) -> None:
     # uniform draws revisit every prompt each epoch (4 steps); INSIGHT, with verl fetching one prompt at a time
     # (data.gen_batch_size=1, as verl forces under DAPO), revisits the prompts it finds informative
     for mode, changes in (("uniform", {"data.sampler.strategy": "uniform", "data.sampler.strategy_kwargs": {}}),
-                          ("insight_one_per_fetch", {"data.gen_batch_size": 1})):
+                          ("insight_one_per_fetch", {"data.gen_batch_size": 1}),
+                          # appendix A2's example: hinted failures counted (the default collapses on a revisited pool)
+                          ("insight_hinted_failures", {"data.gen_batch_size": 1, "data.sampler.strategy_kwargs":
+                                                       {"mu": 0.3, "hinted_evidence": "failures"}})):
         store = Store()
         tq.kv_batch_put, tq.kv_batch_get = store.kv_batch_put, store.kv_batch_get
         cfg = verl_config(hinted, **{"data.sampler.hints": hints, "data.max_prompt_length": 256, **changes})
