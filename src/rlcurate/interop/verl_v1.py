@@ -36,8 +36,9 @@ records the levels and hint texts); a prompt at a level > 0 gets as its ``raw_pr
 chat turns with the hint in the user turn (``task.messages(problem, hint)``; verl's agent loop applies the chat
 template), and verl generates and trains on it, as SAGE-LIGHT does. The level of each prompt is kept by its uid
 (the first part of every trajectory key), so ``step`` passes each response's level to the selector
-(by default INSIGHT takes no evidence from hinted groups, as in this package's trainer; on a revisited pool pass
-``hinted_evidence: failures`` in the strategy's kwargs, chapter 10) and each group's accuracy to the schedule. The schedule is saved with the sampler's state in ``data.pt``. The problems are found by their uids
+(by default INSIGHT takes no evidence from hinted groups, as in this package's trainer; on a revisited pool
+pass ``hinted_evidence: failures`` in the strategy's kwargs, chapter 10) and each group's accuracy to the
+schedule. The schedule is saved with the sampler's state in ``data.pt``. The problems are found by their uids
 (``extra_info[hints.uid_key]``, default ``uid``) in the task's splits, and every row's prompt at the strongest
 level must fit ``rollout.prompt_length``, when the dataloader is built. Refused: full SAGE (it re-rolls a prompt
 whose group is all wrong at the next level within the step, and the sync trainer submits each prompt to its agent

@@ -196,8 +196,8 @@ def effective_weight(p, G: int, advantage: Callable[[np.ndarray], np.ndarray]):
 
     the expectation running over the other G - 1 rewards (Binomial(G - 1, p) successes), because a
     rollout's score function has mean grad p / p given r = 1 and -grad p / (1 - p) given r = 0.
-    Examples: ``standardised`` gives :func:`grpo_effective_weight` (same ``eps`` and ``ddof``); ``rloo`` gives 1 (unbiased for the
-    linear objective); ``centred`` gives (G - 1) / G; A_i = r_i / p_hat (RAFT averaged over the
+    Examples: ``standardised`` gives :func:`grpo_effective_weight` (same ``eps`` and ``ddof``); ``rloo``
+    gives 1 (unbiased for the linear objective); ``centred`` gives (G - 1) / G; A_i = r_i / p_hat (RAFT averaged over the
     accepted samples) gives (1 - (1 - p)^G) / p, i.e. pass@G / p.
     """
     p_arr = np.atleast_1d(as_probability(p, "p"))
