@@ -286,8 +286,8 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     ro, co = sim["ratios"]["rollouts"], sim["ratios"]["cost"]
     best = min(CEILING_ARMS, key=lambda a: ro[a]["ratio"])
     ceiling = ro[best]
-    parts = [f"curation can save at most about {1 - ceiling['ratio']:.0%} of the rollouts to the target here "
-             f"({best.replace('_', ' ')}: {_interval(ceiling)} of uniform's)"]
+    parts = [f"with exact pass rates curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
+             f"here ({best.replace('_', ' ')}: {_interval(ceiling)} of uniform's; a benchmark, not a bound)"]
     if ceiling["high"] >= 0.9:
         parts[0] += ", little room"
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):

@@ -5,8 +5,10 @@ A practical strategy spends rollouts to learn which prompts carry signal (a pilo
 prefilter) and then acts on what it learnt. An oracle arm acts on each training prompt's *current*
 pass rate p_i, known for free (:meth:`rlcurate.curation.base.StepContext.oracle_pass_rates`: exact in
 the simulated world; on a language model a periodic audit of the pool whose rollouts are not charged).
-Read at equal charged rollouts, the oracle's gain over uniform GRPO is the most that acting on p can
-give in that setting; a practical strategy's gap to it is what estimating p costs it.
+Read at equal charged rollouts, the oracle's gain over uniform GRPO is what one good rule does with exact
+pass rates: a benchmark, and a lower bound on the value of perfect information (a better rule could do
+more with the same p), which the chapter calls the ceiling for short. A practical strategy's gap to it is
+what estimating p costs it, with that rule.
 
 * ``oracle_select`` picks, every step, the B prompts of the pool whose groups carry the largest
   expected signal
@@ -16,8 +18,10 @@ give in that setting; a practical strategy's gap to it is what estimating p cost
   where w_G(p) is the exact weight GRPO's standardised advantage puts on grad p at group size G
   (:func:`rlcurate.stats.objectives.grpo_effective_weight`, chapter 2). The expected GRPO update of a
   prompt is w_G(p) grad p, and |grad p| = |Cov(r, grad log pi)| <= sqrt(p (1 - p)) * (score norm), so s
-  is the size of the prompt's expected update with the score norm taken equal across prompts (the
-  language model gives no cheap score norm; the simulated world's differ by a few per cent). It
+  is the bound on the size of the prompt's expected update with the score norm taken equal across
+  prompts (a language model gives no cheap score norm). Neither holds exactly: in the simulated world
+  the score norms differ a hundredfold across prompts and the bound's slack varies, but s ranks the
+  prompts by their true expected update almost as that does (chapter 11 measures it). It
   vanishes at p = 0 and p = 1 and, unlike the gate u(p, G) = 1 - p^G - (1 - p)^G, it accounts for how
   strongly a mixed group pushes, which the gate does not (a group with one success in eight opens the
   gate as fully as four in eight).
