@@ -14,7 +14,6 @@ def check(records):
     gm = records["gradient_mass"]
     for w in (gm["DRO_weights"], gm["uniform"]):
         assert abs(sum(w.values()) - 1) < 1e-6
-    for name, sweep in records["filter_sweep"].items():
-        assert sweep["random"] == sweep["fractions"]          # random drops hit mixed groups in proportion
-        assert all(o <= s + 1e-12 for o, s in zip(sweep["oracle"], sweep["sigma"])), name
-    assert records["live"]["uniform"]["first_rollouts"] == records["live"]["DRO token weights"]["first_rollouts"]
+    # the same rollouts at step 1 in the three live runs: the same pass rate and generated tokens
+    firsts = {(v["first_reward_mean"], v["first_generated_tokens"]) for v in records["live"].values()}
+    assert len(firsts) == 1, firsts
