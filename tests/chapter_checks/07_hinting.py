@@ -27,14 +27,15 @@ def check(records):
     for row in j["rows"]:
         A, B, C, D = (row[k] for k in ("A shared random", "B calibrated", "C stratified", "D per-rollout draw"))
         pbar = (row["pa"] + row["pb"]) / 2
-        assert math.isclose(B["mixed"], _u(pbar), rel_tol=1e-12) and math.isclose(D["mixed"], B["mixed"], rel_tol=1e-12)
+        # D is computed by enumerating its hint draws, so its equality with B checks the text's result
+        assert math.isclose(B["mixed"], _u(pbar), rel_tol=1e-12) and math.isclose(D["mixed"], B["mixed"], rel_tol=1e-9)
+        assert math.isclose(D["energy"], B["energy"], rel_tol=1e-9) and math.isclose(D["all_wrong"], B["all_wrong"], rel_tol=1e-9)
         assert math.isclose(A["mixed"], (_u(row["pa"]) + _u(row["pb"])) / 2, rel_tol=1e-12)
         assert A["mixed"] < B["mixed"] <= C["mixed"] and A["all_wrong"] > B["all_wrong"]
         assert math.isclose(B["energy"], pbar * (1 - pbar) * 7 / 8, rel_tol=1e-12)
         assert B["within"] > C["within"] and B["within"] > D["within"]
     for row in j["grad_rows"]:
         assert row["B calibrated"]["mean_norm"] > row["C stratified"]["mean_norm"]
-        assert math.isclose(row["A shared random"]["mean_norm"], row["C stratified"]["mean_norm"], rel_tol=1e-9)
         assert row["A shared random"]["noise_to_signal"] > row["B calibrated"]["noise_to_signal"]
 
     # the ladder's closed forms match the library's sampler; the light scheduler's chain matches SageLightSampler
