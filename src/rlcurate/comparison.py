@@ -269,9 +269,7 @@ def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: fl
     arm = 0.7 * (1 - np.exp(-grid / tau_a))
 
     def read(curves):
-        if measure == "final":
-            return curves[..., -1]
-        return np.sum(np.diff(grid) * (curves[..., 1:] + curves[..., :-1]) / 2, axis=-1) / (grid[-1] - grid[0])
+        return curves[..., -1] if measure == "final" else np.trapezoid(curves, grid, axis=-1) / (grid[-1] - grid[0])
 
     truth = float(read(arm) - read(base))
     hits = 0
