@@ -10,9 +10,10 @@ picks its sizes with :func:`by_profile` and stores the numbers a test should che
 """
 
 from rlcurate.book.profiles import PROFILES, by_profile, gpu_cells, profile
+from rlcurate.book.gpu_runs import CHAPTER_GPU_RUNS, chapter_gpu_configs
 from rlcurate.book.records import MIME_TYPE, read_records, record
 from rlcurate.book.style import COLORS, use_style
 from rlcurate.book.seeding import seed_everything
 
-__all__ = ["PROFILES", "profile", "by_profile", "gpu_cells", "record", "read_records", "MIME_TYPE", "use_style",
-           "COLORS", "seed_everything"]
+__all__ = ["PROFILES", "profile", "by_profile", "gpu_cells", "CHAPTER_GPU_RUNS", "chapter_gpu_configs", "record",
+           "read_records", "MIME_TYPE", "use_style", "COLORS", "seed_everything"]
