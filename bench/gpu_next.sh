@@ -37,7 +37,7 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,utilization.gpu --format=cs
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, say how it ended
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@"
+  timeout -k 15 "$limit" "$@"  # -k: a trainer finishes its step in progress on SIGTERM; the kill bounds it
   echo "== $name: exit $? after $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
 }
 
@@ -50,7 +50,8 @@ step compiled 180 $PY bench/bench_decode_cache.py --device $DEV --arch $ARCH --r
 if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_prompts=64"; else FULL="--layers 2 --device cpu"; fi
 step trainer 120 $PY -m rlcurate.cli dryrun --config configs/gpu_grpo_qwen25_05b_gsm8k.yaml $FULL \
     --set decode=compiled --json "$OUT/dryrun_compiled_gpu.json"
-if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_prompts=8"; else FULL="--layers 1 --device cpu"; fi
+if [ -z "${RLCURATE_GPU_NEXT_REHEARSAL:-}" ]; then FULL="--full --set eval_prompts=8 --set prompts_per_step=32"
+else FULL="--layers 1 --device cpu --set eval_prompts=2 --set prompts_per_step=2"; fi  # a CPU takes minutes at 32
 step math 120 $PY -m rlcurate.cli dryrun --config configs/gpu_e2e_qwen25_math_15b.yaml $FULL \
-    --set decode=captured --set gen_token_budget=262144 --set prompts_per_step=32 \
+    --set decode=captured --set gen_token_budget=262144 \
     --json "$OUT/dryrun_math15b_captured_gpu.json"
