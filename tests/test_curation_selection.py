@@ -21,6 +21,7 @@ from rlcurate.curation.selection import (
     group_evidence,
 )
 from rlcurate.sim.bridge import SimTrainer
+from rlcurate.seeding import stream
 from rlcurate.sim.world import SoftmaxWorld
 from rlcurate.stats.beliefs import insight_score
 from rlcurate.tasks.base import Problem
@@ -212,15 +213,15 @@ def test_expected_difficulty_and_inverse_evidence_rules():
     assert sorted(ie.beliefs.evidence[chosen]) == pytest.approx(np.sort(ev)[:5])
 
 
-def test_draw_during_a_step_extends_the_selection_without_repeats():
+def test_more_during_a_step_extends_the_selection_without_repeats():
     sel = InsightSelector()
     random_beliefs(sel, 60)
     ctx = ctx_for(0, 4)
     first = sel.select(ctx, 4)
-    more = sel.draw(6)
+    more = sel.more(ctx, 6)
     assert len(more) == 6 and not set(first) & set(more)
-    sel.observe(ctx, [])
-    assert len(sel.draw(3)) == 3  # outside a step: the base epoch order
+    scores = dict(zip(sel.last_candidates.tolist(), sel.last_scores.tolist()))  # chosen by the rule: the best
+    assert sorted((scores[i] for i in more), reverse=True) == sorted(scores.values(), reverse=True)[:6]
 
 
 def test_compositions_use_the_belief_selector():
@@ -331,3 +332,26 @@ def test_trainer_smoke(name, tmp_path):
     assert int(((b.alpha + b.beta) > 2.0).sum()) <= 8
     saved = json.loads((tmp_path / "checkpoint" / "trainer.json").read_text())["curator"]["selector"]["beliefs"]
     assert saved["alpha"] == b.alpha.tolist()
+
+
+def test_order_offset_gives_the_curator_stream_its_own_draws_in_the_sim_and_the_trainer(tmp_path):
+    """The A/A control's other arm (``order_offset``) draws the curator's stream ``ctx.rng`` afresh (MoPPS's and
+    INSIGHT's candidates and Thompson draws, Pilot-Commit's pilots come from it), as the config promises, while
+    generation keeps the run seed's streams."""
+    from rlcurate.tasks.arithmetic import ArithmeticTask
+    from rlcurate.train import Trainer
+    from rlcurate.train.config import TrainConfig
+
+    world = SoftmaxWorld.make(n_prompts=200, seed=3)
+    sims = {off: SimTrainer(world, build_curator("mopps"), prompts_per_step=8, group_size=8, seed=0, order_offset=off)
+            for off in (0, 1000)}
+    model, tok = tiny_policy()
+    task = ArithmeticTask(levels=["add2", "add3"], n_train=64, n_test=8)
+    cfg = TrainConfig(strategy="mopps", steps=1, prompts_per_step=4, group_size=4, progress=False, save_model=False,
+                      threads=1).to_dict()
+    lms = {off: Trainer(TrainConfig.from_dict({**cfg, "order_offset": off, "out_dir": str(tmp_path / str(off))}),
+                        model=model, tokenizer=tok, task=task) for off in (0, 1000)}
+    for ctx0, ctx1 in ((sims[0].context(), sims[1000].context()), (lms[0].context(0), lms[1000].context(0))):
+        a, b = ctx0.rng.random(4).tolist(), ctx1.rng.random(4).tolist()
+        assert a == stream("curator", 0, 0).random(4).tolist() and b == stream("curator", 1000, 0).random(4).tolist()
+        assert ctx0._seed == ctx1._seed == 0  # the sampling streams stay the run seed's

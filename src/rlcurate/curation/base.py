@@ -30,6 +30,7 @@ Adding a strategy: ``src/rlcurate/curation/README.md``.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -176,7 +177,8 @@ class StepContext:
         problems: the training pool; strategies speak of prompts by their index in it.
         task: the task (rewards, rendering, hints); ``None`` when a selector is driven from outside.
         tokenizer: the policy's tokenizer (``None`` in the simulated world).
-        rng: this step's generator for a strategy's own random choices (stream ``curator``).
+        rng: this step's generator for a strategy's own random choices (stream ``curator``, seeded with the
+            curator's seed: the run seed plus ``order_offset``, so an A/A control's other arm draws afresh).
         generated_groups: every group :meth:`generate` returned this step, kept or not.
         counters: what this step has spent so far (:class:`StepCounters`).
 
@@ -191,7 +193,8 @@ class StepContext:
 
     def __init__(self, *, step: int, seed: int, problems: Sequence[Problem], task, group_size: int,
                  prompts_per_step: int, policy: "Policy | None" = None, sampling: "SamplingParams | None" = None,
-                 engine: "RolloutEngine | None" = None, tokenizer=None, render: Callable | None = None):
+                 engine: "RolloutEngine | None" = None, tokenizer=None, render: Callable | None = None,
+                 curator_seed: int | None = None):
         if policy is None and engine is not None:
             from rlcurate.policy.base import SamplingPolicy
 
@@ -202,7 +205,7 @@ class StepContext:
         self.problems = problems
         self.task = task
         self.tokenizer = getattr(policy, "tokenizer", None) if tokenizer is None else tokenizer
-        self.rng = stream("curator", seed, step)
+        self.rng = stream("curator", seed if curator_seed is None else curator_seed, step)
         self.generated_groups: list[Group] = []
         self.counters = StepCounters()
         self._seed = seed
@@ -281,7 +284,7 @@ class StepContext:
         return out
 
     def more_prompts(self, k: int) -> list[int]:
-        """The next ``k`` prompt indices in the selector's order (DAPO's oversampling, chapter 6).
+        """The next ``k`` prompt indices by the selector (:meth:`Selector.more`: DAPO's oversampling, chapter 6).
         Costs nothing until they are generated; the selector's pass over the pool moves on."""
         if self._more_prompts is None:
             raise RuntimeError("more_prompts needs a selector; run the sampler inside a Curator")
@@ -404,6 +407,12 @@ class Selector(Part):
         rollouts to choose, like a live prefilter, may call ``ctx.generate``, which is counted)."""
         return self.draw(k)
 
+    def more(self, ctx: StepContext, k: int) -> list[int]:
+        """``k`` more prompts later in the same step, after :meth:`select` (what ``ctx.more_prompts`` returns
+        to a sampler: DAPO's refills, GRESO's and Pilot-Commit's further pilots). Default: the next ``k`` of
+        :meth:`draw`. A selector that chooses by a rule overrides this one, with the step's ``ctx`` at hand."""
+        return self.draw(k)
+
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
@@ -458,11 +467,11 @@ class Curator:
                 part.bind(n_items, seed)
 
     def select(self, ctx: StepContext) -> list[int]:
-        ctx._more_prompts = self.selector.draw
+        ctx._more_prompts = functools.partial(self.selector.more, ctx)
         return self.selector.select(ctx, ctx.prompts_per_step)
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
-        ctx._more_prompts = self.selector.draw
+        ctx._more_prompts = functools.partial(self.selector.more, ctx)
         return self.sampler.rollout(ctx, indices)
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:

@@ -154,8 +154,7 @@ class BeliefSelector(Selector):
         # what the last selection saw (for notebooks and tests)
         self.last_candidates: np.ndarray = np.zeros(0, dtype=np.int64)
         self.last_scores: np.ndarray = np.zeros(0)
-        self._ctx: StepContext | None = None
-        self._taken: set[int] = set()
+        self._taken: set[int] = set()  # prompts chosen so far this step
 
     def bind(self, n_items: int, seed: int) -> None:
         super().bind(n_items, seed)
@@ -212,17 +211,14 @@ class BeliefSelector(Selector):
         return [int(i) for i in cand[top_m(s, k)]]
 
     def select(self, ctx: StepContext, k: int) -> list[int]:
-        self._ctx = ctx
         chosen = self._pick(ctx, k)
         self._taken = set(chosen)
         return chosen
 
-    def draw(self, k: int) -> list[int]:
+    def more(self, ctx: StepContext, k: int) -> list[int]:
         """More prompts during a step (a sampler that refills its batch, e.g. DAPO): the next ``k``
-        best by the same rule among prompts not yet taken this step. Outside a step: epoch order."""
-        if self._ctx is None:
-            return super().draw(k)
-        more = self._pick(self._ctx, k, exclude=self._taken)
+        best by the same rule among prompts not yet taken this step."""
+        more = self._pick(ctx, k, exclude=self._taken)
         self._taken.update(more)
         return more
 
@@ -249,7 +245,7 @@ class BeliefSelector(Selector):
                 if ev is None or ev[1] <= 0:
                     continue
                 self.beliefs.update(g.index, ev[0], ev[1])
-        self._ctx, self._taken = None, set()
+        self._taken = set()
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "beliefs": self.beliefs.state_dict() if self.beliefs else None}

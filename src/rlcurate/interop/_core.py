@@ -19,6 +19,7 @@ sees; they need hooks inside the trainer (appendix A2).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -197,7 +198,7 @@ class PromptSelection:
     def select(self, k: int) -> list[int]:
         """The next ``k`` prompts (pool positions) by the strategy, given every reward observed so far."""
         ctx = self.context(self.rounds, k)
-        ctx._more_prompts = self.selector.draw
+        ctx._more_prompts = functools.partial(self.selector.more, ctx)
         chosen = [int(i) for i in self.selector.select(ctx, int(k))]
         self.history.append({"round": self.rounds, "observed": self.observed, "indices": chosen})
         self.rounds += 1

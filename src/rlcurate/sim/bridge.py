@@ -225,7 +225,7 @@ class SimTrainer:
         self.policy = SimPolicy(world, world.init_theta() if theta is None else theta, lr, optimizer)
         self.sampling = SamplingParams(max_new_tokens=1)
         self.B, self.n = prompts_per_step, group_size
-        self.advantage, self.adv_eps, self.seed = advantage, adv_eps, seed
+        self.advantage, self.adv_eps, self.seed, self.order_offset = advantage, adv_eps, seed, order_offset
         self.step = 0
         self.rollouts = 0
         self.sampled_prompts: list[list[int]] = []  # per step, the pool indices rolled out
@@ -248,7 +248,8 @@ class SimTrainer:
 
     def context(self) -> StepContext:
         return StepContext(step=self.step, seed=self.seed, problems=self.train_problems, task=self.task,
-                           group_size=self.n, prompts_per_step=self.B, policy=self.policy, sampling=self.sampling)
+                           group_size=self.n, prompts_per_step=self.B, policy=self.policy, sampling=self.sampling,
+                           curator_seed=self.seed + self.order_offset)
 
     def train_step(self) -> dict[str, Any]:
         out = run_step(self.curator, self.context(), self.policy, self.advantage, self.adv_eps)

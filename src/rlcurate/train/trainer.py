@@ -285,7 +285,7 @@ class Trainer:
         c = self.config
         return StepContext(step=step, seed=c.seed, problems=self.train_problems, task=self.task,
                            group_size=c.group_size, prompts_per_step=c.prompts_per_step, policy=self.policy,
-                           sampling=self.sampling, render=self._render)
+                           sampling=self.sampling, render=self._render, curator_seed=c.seed + c.order_offset)
 
     def train_step(self, step: int) -> dict[str, Any]:
         """One step (:func:`rlcurate.curation.step.run_step`) and its metrics record."""
