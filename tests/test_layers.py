@@ -14,7 +14,7 @@ Layers, from the bottom (a module may import its own layer and those below):
 7. ``train``, ``sim``, ``audit``, ``interop``: the worlds and tools built on the loop
 8. programs: ``cli``, ``__main__``, ``experiments``, ``analysis``, ``compare``, ``presets``, ``book``, the
    command-line modules (``audit.cli``, ``models.warmstart``, ``rollout.server``), ``plan``, ``dryrun``,
-   ``replay``, ``conditions``, ``advise``
+   ``replay``, ``conditions``, ``advise``, ``contract``
 
 Imports used only for type checking (``if TYPE_CHECKING:``) and those in an ``if __name__ ==
 "__main__":`` block (a module run as a program goes through the command line) are not dependencies.
@@ -36,7 +36,7 @@ LAYERS = [  # (module prefix, layer); the longest matching prefix wins
     ("rlcurate.cli", 8), ("rlcurate.__main__", 8), ("rlcurate.experiments", 8), ("rlcurate.analysis", 8),
     ("rlcurate.presets", 8), ("rlcurate.compare", 8), ("rlcurate.book", 8), ("rlcurate.audit.cli", 8), ("rlcurate.audit.__main__", 8),
     ("rlcurate.models.warmstart", 8), ("rlcurate.rollout.server", 8), ("rlcurate.plan", 8), ("rlcurate.dryrun", 8),
-    ("rlcurate.replay", 8), ("rlcurate.conditions", 8), ("rlcurate.advise", 8),
+    ("rlcurate.replay", 8), ("rlcurate.conditions", 8), ("rlcurate.advise", 8), ("rlcurate.contract", 8),
 ]
 CURATION_INTERFACE = ("rlcurate.curation", "rlcurate.curation.base", "rlcurate.curation.step",
                       "rlcurate.curation.registry")

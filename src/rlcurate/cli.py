@@ -168,6 +168,10 @@ def _strategies(argv: list[str]) -> int:
         epilog=wrap(_COMPOSITION))
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="strategies to describe with their options, e.g. insight or insight+ada_seq_balanced")
+    parser.add_argument("--check", action="store_true",
+                        help="check that each NAME keeps the strategy contract in the simulated world (described, "
+                             "deterministic, resumes exactly, composes, numpy alone: rlcurate.contract); "
+                             "seconds each")
     named = [a for a in argv if not a.startswith("-")]
     if named and any(a in ("-h", "--help") for a in argv):  # 'rlcurate strategies --help NAME': describe NAME
         argv = [a for a in argv if a not in ("-h", "--help")]
@@ -194,8 +198,30 @@ def _strategies(argv: list[str]) -> int:
         if len(parts) == 2:
             out.append(f"{spec}: the selector of {parts[0]} with the sampler and processors of {parts[1]}.")
         out += [_strategy_doc(p, full=True) for p in parts]
+    if args.check:
+        return _check_strategies(args.names)
     print("\n\n".join(out))
     return 0
+
+
+def _check_strategies(names: list[str]) -> int:
+    """``rlcurate strategies NAME --check``: :func:`rlcurate.contract.check_strategy` on each name,
+    one line per strategy; exit 1 when one fails (what broke, in one line)."""
+    from rlcurate.contract import check_strategy
+
+    failed = 0
+    for name in names:
+        try:
+            report = check_strategy(name)
+        except AssertionError as exc:
+            failed += 1
+            print(f"{name}: FAILED: {exc}")
+            continue
+        print(f"{name}: keeps the contract ({', '.join(report['checks'])}; composed {len(report['composed'])} ways"
+              + (f", {len(report['refused'])} refused with a reason" if report["refused"] else "")
+              + (f"; not in the simulated world: {', '.join(report['not_in_sim'])}" if report["not_in_sim"] else "")
+              + ")")
+    return 1 if failed else 0
 
 
 def _delegate(module: str):

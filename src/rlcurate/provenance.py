@@ -13,6 +13,7 @@ benchmarks.
     threads               torch's CPU threads (None when torch was never imported)
     kernels               the kernel signature (:func:`kernel_signature`): which CPU code paths torch
                           and the BLAS libraries take, so a bit-for-bit comparison knows when it applies
+    strategies_from       ``RLCURATE_STRATEGIES``, only where it is set: strategies from outside the package
 
 Versions are read from the installed packages' metadata, so nothing is imported for them; the device
 and the threads are asked of torch only where the process has imported it already.
@@ -125,6 +126,8 @@ def provenance(device: Any = None, extra_packages: Sequence[str] = ()) -> dict[s
                               "platform": platform.platform(), "cpu": cpu_name(), "cores": os.cpu_count(),
                               "device": None if device is None else str(device), "gpu": None, "threads": None,
                               "kernels": kernel_signature()}
+    if os.environ.get("RLCURATE_STRATEGIES"):  # strategies from outside the package (rlcurate.curation.registry)
+        record["strategies_from"] = os.environ["RLCURATE_STRATEGIES"]
     torch = sys.modules.get("torch")
     if torch is not None:
         record["threads"] = torch.get_num_threads()

@@ -21,7 +21,10 @@ Names are found lazily: the first lookup (:func:`available`, :func:`validate_str
 ``rlcurate.curation`` (``pkgutil.iter_modules`` over its ``__path__``; names starting with ``_``
 are skipped), so a new file in that folder is registered with nothing else edited; no list of
 modules is kept by hand. No strategy module imports torch, so ``build_curator("uniform")`` needs
-numpy alone.
+numpy alone. A strategy kept outside the package is found the same way from the environment variable
+``RLCURATE_STRATEGIES`` (files ``path/to/mine.py`` or module names, separated by ``os.pathsep``), which
+``rlcurate runs`` passes on to its runs, or from an installed package's entry point in the group
+``rlcurate.strategies``.
 
 ``a+b`` composes the selector of strategy ``a`` with the sampler and processors of strategy ``b``,
 e.g. ``insight+ada_seq_balanced``. :func:`validate_strategy` checks a name and its keyword arguments
@@ -37,7 +40,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
+import os
 import pkgutil
+import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rlcurate.curation.base import Curator
@@ -61,6 +68,9 @@ class StrategyConfig:
 
 _REGISTRY: dict[str, type[StrategyConfig]] = {}
 _IMPORTED: set[str] = set()  # the modules of the package that discovery has imported
+PLUGINS_ENV = "RLCURATE_STRATEGIES"
+"""Strategies outside the package: files (``path/to/mine.py``) or importable module names, ``os.pathsep``-separated."""
+ENTRY_POINT_GROUP = "rlcurate.strategies"
 
 
 def register(name: str):
@@ -86,19 +96,58 @@ def register(name: str):
 
 
 def _discover() -> None:
-    """Import the modules of ``rlcurate.curation`` not imported yet (their decorators register)."""
+    """Import the modules of ``rlcurate.curation`` not imported yet (their decorators register), then the
+    strategies outside it (:data:`PLUGINS_ENV`, the entry points of :data:`ENTRY_POINT_GROUP`)."""
     import rlcurate.curation as package
 
     for info in pkgutil.iter_modules(package.__path__):
         module = f"{package.__name__}.{info.name}"
         if info.name.startswith("_") or module in _IMPORTED:
             continue
-        _IMPORTED.add(module)
+        _import_once(module, lambda module=module: importlib.import_module(module))
+    for entry in filter(None, (e.strip() for e in os.environ.get(PLUGINS_ENV, "").split(os.pathsep))):
+        _import_once(f"{PLUGINS_ENV}:{entry}", lambda entry=entry: _import_plugin(entry))
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _import_once(f"{ENTRY_POINT_GROUP}:{ep.value}", ep.load)
+
+
+def _import_once(key: str, load) -> None:
+    if key in _IMPORTED:
+        return
+    _IMPORTED.add(key)
+    try:
+        load()
+    except BaseException:
+        _IMPORTED.discard(key)  # the next lookup raises the same error rather than missing names
+        raise
+
+
+def _import_plugin(entry: str) -> None:
+    """Import one entry of :data:`PLUGINS_ENV`: a ``.py`` file (as module ``rlcurate_strategies.<stem>``)
+    or a module name; one line naming the entry when it is neither."""
+    if entry.endswith(".py"):
+        path = Path(entry).expanduser().resolve()
+        if not path.is_file():
+            raise UserError(f"{PLUGINS_ENV}: {entry}: no such file")
+        name = f"rlcurate_strategies.{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before running it: dataclasses look their module up
         try:
-            importlib.import_module(module)
+            spec.loader.exec_module(module)
         except BaseException:
-            _IMPORTED.discard(module)  # the next lookup raises the same error rather than missing names
+            sys.modules.pop(name, None)
             raise
+        return
+    try:
+        found = importlib.util.find_spec(entry)
+    except (ImportError, ValueError):  # a dotted name whose parent is missing; an empty segment
+        found = None
+    if found is None:
+        raise UserError(f"{PLUGINS_ENV}: {entry!r} is neither a .py file nor an importable module")
+    importlib.import_module(entry)
 
 
 def available() -> list[str]:
@@ -115,7 +164,8 @@ def close_matches(word: str, choices) -> str:
 
 def _unknown(name: str) -> UserError:
     return UserError(f"unknown strategy {name!r}{close_matches(name, _REGISTRY)}; available: "
-                     f"{', '.join(sorted(_REGISTRY))} (or a+b: the selector of a with the sampler of b)")
+                     f"{', '.join(sorted(_REGISTRY))} (or a+b: the selector of a with the sampler of b; "
+                     f"a strategy in a file of your own: {PLUGINS_ENV}=path/to/it.py)")
 
 
 def config_class(name: str) -> type[StrategyConfig]:

@@ -1,0 +1,179 @@
+"""The contract every strategy keeps, checked in seconds in the simulated world (src/rlcurate/curation/README.md,
+*Testing it*): ``rlcurate strategies NAME --check``, or in a test::
+
+    from rlcurate.contract import check_strategy
+
+    def test_my_strategy_keeps_the_contract():
+        check_strategy("skip_solved", k=3)   # raises AssertionError naming what broke
+
+The checks, each on a world of :data:`WORLD` (chapter 1's spread of pass rates, shared skills):
+
+1. **described**: a docstring, and every option with a default and a docstring (``rlcurate strategies NAME``);
+2. **trains**: :data:`STEPS` steps of :class:`~rlcurate.sim.bridge.SimTrainer`, every trained prompt an index
+   of the pool, the rollouts counted, the held-out pass rate finite;
+3. **deterministic**: the same seed gives the same run, record for record (random choices drawn from global
+   state, not from ``ctx.rng`` or a named stream, break this);
+4. **resumes exactly**: its state through JSON half-way (a checkpoint), a fresh curator continues to the same
+   records and parameters;
+5. **an A/A control draws afresh**: at another ``order_offset`` the run is valid and, where the strategy makes
+   random choices, it may differ, but never through the sampling streams (step 3's check at the same offset);
+6. **composes**: its selector with the sampler and processors of every registered strategy that runs in the
+   simulated world, and theirs with its own, two steps each (a composition refused with one line is listed,
+   not failed);
+7. **needs numpy alone**: building it in a process that cannot import torch.
+
+What it cannot check is whether the strategy helps: that is chapters 10 and 11's protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import numpy as np
+
+WORLD = {"n_prompts": 160, "pass_rate_beta": (0.5, 0.5), "seed": 0}
+STEPS = 12
+TRAINER = {"prompts_per_step": 8, "group_size": 4}
+
+
+def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, numpy_alone: bool = True,
+                   **kwargs) -> dict[str, Any]:
+    """Run the module docstring's checks on strategy ``name`` with options ``kwargs`` (``compositions`` and
+    ``numpy_alone`` switch the slowest two off); an :class:`AssertionError` names the first that fails.
+    Returns what ran: ``{"checks": [...], "composed": [...], "refused": {spec: reason}, "not_in_sim": [...]}``."""
+    from rlcurate.config_cli import field_docs
+    from rlcurate.curation.registry import available, config_class, options
+
+    assert name in available(), f"{name!r} is not registered (a file of your own: RLCURATE_STRATEGIES=path/to/it.py)"
+    cls = config_class(name)
+    assert (cls.__doc__ or "").strip(), f"{name}: the configuration class has no docstring"
+    undocumented = sorted(set(options(name)) - set(field_docs(cls)))
+    assert not undocumented, f"{name}: options without a docstring right below them: {undocumented}"
+    done = ["described"]
+
+    try:
+        full, trainer = _run(name, kwargs, steps, seed=1)
+    except Exception as exc:  # noqa: BLE001
+        raise AssertionError(f"{name} does not run in the simulated world ({type(exc).__name__}: {exc}); the "
+                             f"contract's checks need it") from exc
+    pool = len(trainer.train_problems)
+    for step, picked in enumerate(trainer.sampled_prompts, 1):
+        assert picked and all(0 <= i < pool for i in picked), f"{name}: step {step} rolled out {picked} (pool {pool})"
+    assert trainer.rollouts == sum(r["rollouts"] for r in full.records) > 0, f"{name}: rollouts not counted"
+    assert np.isfinite(full.column("held_out")).all(), f"{name}: the held-out pass rate is not finite"
+    done.append("trains")
+
+    again, _ = _run(name, kwargs, steps, seed=1)
+    assert _same(again.records, full.records), f"{name}: two runs with the same seed differ ({_first_diff(again.records, full.records)})"
+    done.append("deterministic")
+
+    half = steps // 2
+    first, tr1 = _run(name, kwargs, half, seed=1)
+    state = json.loads(json.dumps(tr1.curator.state_dict()))  # a checkpoint stores it as JSON
+    tr2 = _trainer(name, kwargs, seed=1, theta=tr1.theta)
+    tr2.curator.load_state_dict(state)
+    tr2.step, tr2.rollouts = tr1.step, tr1.rollouts
+    rest = tr2.run(steps - half)
+    resumed = first.records + rest.records[1:]
+    assert _same(resumed, full.records) and np.array_equal(tr2.theta, trainer.theta), (
+        f"{name}: a run resumed from its state_dict at step {half} differs ({_first_diff(resumed, full.records)}): "
+        f"put everything the strategy learns in state_dict / load_state_dict")
+    done.append("resumes exactly")
+
+    other, _ = _run(name, kwargs, steps, seed=1, order_offset=1000)
+    assert np.isfinite(other.column("held_out")).all(), f"{name}: the A/A arm (order_offset=1000) fails"
+    done.append("A/A control")
+
+    report: dict[str, Any] = {"checks": done, "composed": [], "refused": {}, "not_in_sim": []}
+    if compositions:
+        _compose(name, kwargs, report)
+        done.append("composes")
+    if numpy_alone:
+        _numpy_alone(name, cls)
+        done.append("numpy alone")
+    return report
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _trainer(strategy: str, kwargs: dict, seed: int, theta=None, order_offset: int = 0):
+    from rlcurate.curation.registry import build_curator
+    from rlcurate.sim.bridge import SimTrainer
+    from rlcurate.sim.world import SoftmaxWorld
+
+    world = SoftmaxWorld.make(**WORLD)
+    return SimTrainer(world, build_curator(strategy, **kwargs), seed=seed, theta=theta, order_offset=order_offset,
+                      **TRAINER)
+
+
+def _run(strategy: str, kwargs: dict, steps: int, seed: int, order_offset: int = 0):
+    trainer = _trainer(strategy, kwargs, seed, order_offset=order_offset)
+    return trainer.run(steps), trainer
+
+
+def _same(a: list[dict], b: list[dict]) -> bool:
+    return json.dumps(a, sort_keys=True, default=float) == json.dumps(b, sort_keys=True, default=float)
+
+
+def _first_diff(a: list[dict], b: list[dict]) -> str:
+    for ra, rb in zip(a, b):
+        for key in sorted(set(ra) | set(rb)):
+            if json.dumps(ra.get(key), default=float) != json.dumps(rb.get(key), default=float):
+                return f"step {ra.get('step')}, {key}: {ra.get(key)!r} vs {rb.get(key)!r}"
+    return f"{len(a)} vs {len(b)} records"
+
+
+def _compose(name: str, kwargs: dict, report: dict[str, Any]) -> None:
+    from rlcurate.curation.registry import available
+    from rlcurate.errors import UserError
+
+    for other in available():
+        if other == name:
+            continue
+        try:  # a strategy that cannot run in the simulated world alone (DRO needs a language model)
+            _run(other, {}, 1, seed=0)
+        except Exception:  # noqa: BLE001 (any reason: it is the other strategy's, and said so)
+            report["not_in_sim"].append(other)
+            continue
+        for spec in (f"{name}+{other}", f"{other}+{name}"):
+            split = {name: dict(kwargs)} if kwargs else {}
+            try:
+                _run(spec, split, 2, seed=0)
+            except UserError as exc:  # refused with one line: a valid answer
+                report["refused"][spec] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001
+                raise AssertionError(f"{spec}: {type(exc).__name__}: {exc}") from exc
+            report["composed"].append(spec)
+
+
+def _numpy_alone(name: str, cls) -> None:
+    import rlcurate.curation
+    from rlcurate.curation.registry import PLUGINS_ENV
+
+    env = dict(os.environ)
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    here = os.path.dirname(rlcurate.curation.__file__)
+    if path and not os.path.samefile(os.path.dirname(path), here):  # outside the package's folder: name its file
+        env[PLUGINS_ENV] = os.pathsep.join(filter(None, [env.get(PLUGINS_ENV), path]))
+    code = textwrap.dedent(f"""
+        import sys
+
+        class NoTorch:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the contract check)")
+                return None
+
+        sys.meta_path.insert(0, NoTorch())
+        from rlcurate.curation import build_curator
+
+        build_curator({name!r})
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    last = (res.stderr.strip().splitlines() or [""])[-1]
+    assert res.returncode == 0, f"{name}: building it needs more than numpy ({last}); import torch inside the method that uses it"
