@@ -379,7 +379,9 @@ class Selector(Part):
         self._order: np.ndarray | None = None
 
     def bind(self, n_items: int, seed: int) -> None:
-        """Called once, before the first step, with the size of the training pool and the run seed."""
+        """Called once, before the first step: sets ``self.n_items``, the size of the training pool, and
+        ``self.seed``, the curator's seed (the run seed plus ``order_offset``), on which a selector's own named
+        streams are keyed (``rlcurate.seeding.named_stream(name, self.seed, ...)``)."""
         self.n_items = n_items
         self.seed = seed
 
