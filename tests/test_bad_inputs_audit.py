@@ -241,10 +241,11 @@ def test_a_success_threshold_outside_the_reward_range_is_refused(checkpoint, tmp
 
 @pytest.mark.parametrize("extra,names", [
     (["--task-kwargs", "{levels: 1}"], ["--task-kwargs", "not valid JSON"]),
-    (["--task-kwargs", "[1]"], ["--task-kwargs", "JSON object"]),
-    (["--task-kwargs", '{"colour": "red"}'], ["colour"]),
-    (["--task-kwargs", '{"levels": ["add77"]}'], ["add77"]),
-    (["--group-size", "1"], ["--group-size"]),
+    (["--task-kwargs", "[1]"], ["--task-kwargs must be a JSON object, got '[1]'"]),
+    # the task error repeats the task arguments first: the names below are the message proper
+    (["--task-kwargs", '{"colour": "red"}'], ["task 'arithmetic' does not take colour; it takes "]),
+    (["--task-kwargs", '{"levels": ["add77"]}'], ["level must look like 'add3' or 'mul2x1', got 'add77'"]),
+    (["--group-size", "1"], ["--group-size must be >= 2 (a group of 1 is never mixed), got 1"]),
 ], ids=["not-json", "not-object", "unknown-key", "bad-level", "group-size-1"])
 def test_bad_task_kwargs_and_group_size_are_named(checkpoint, tmp_path, capsys, extra, names):
     assert rlcurate(argv(checkpoint, tmp_path / "a", *extra)) == 2

@@ -84,7 +84,8 @@ def test_flat_kwarg_no_part_of_a_composition_takes(capsys, tmp_path):
 
 def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
     _train_refused(capsys, tmp_path, ["strategy=ada_seq_balanced", "strategy_kwargs={correction: bogus}"],
-                   "strategy 'ada_seq_balanced'", "correction")
+                   "strategy 'ada_seq_balanced'",
+                   "correction must be one of none, inverse_p, inverse_sqrt_p, got 'bogus'")
 
 
 def test_sage_hint_mode_the_strategy_rejects(capsys, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from rlcurate.curation import build_curator
 from rlcurate.curation.base import StepContext
 from rlcurate.curation.oracle import expected_signal
+from rlcurate.errors import UserError
 from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimTrainer
 from rlcurate.stats.allocation import optimal_allocation
@@ -64,7 +65,7 @@ def test_oracle_alloc_splits_the_step_budget_by_the_variance_optimal_rule():
     p = ctx.oracle_pass_rates(indices)
     assert [g.size for g in groups] == optimal_allocation(p, 64, "linear", n_min=2).tolist()
     assert sum(g.size for g in groups) == 64 and min(g.size for g in groups) >= 2
-    with pytest.raises(Exception, match="n_min"):
+    with pytest.raises(UserError, match=r"n_min must be an integer >= 1, got 0$"):
         build_curator("oracle_alloc", n_min=0)
 
 

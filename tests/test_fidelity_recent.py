@@ -19,6 +19,7 @@ from rlcurate.curation.base import Group, group_advantages
 from rlcurate.curation.greso import adapt, next_batch_size, skip_probability
 from rlcurate.curation.knapsack import knapsack_allocation, knapsack_value, rollouts_needed
 from rlcurate.curation.pilot_commit import pilot_decision, stale
+from rlcurate.errors import UserError
 from rlcurate.sim import SoftmaxWorld
 from rlcurate.sim.bridge import SimTrainer
 
@@ -243,6 +244,12 @@ def test_recent_methods_resume_exactly(name, kw, resume_identical):
 
 @pytest.mark.parametrize("name", ["knapsack", "greso", "pilot_commit"])
 def test_bad_options_name_the_option(name):
-    bad = {"knapsack": {"min_n": 0}, "greso": {"p_easy": 2.0}, "pilot_commit": {"buffer_sampling": "newest"}}[name]
-    with pytest.raises(Exception, match=next(iter(bad))):
+    # every build_curator error repeats the input first, so the match must be on the message proper
+    bad, message = {
+        "knapsack": ({"min_n": 0}, r"min_n must be an integer >= 1, got 0$"),
+        "greso": ({"p_easy": 2.0}, r"p_easy must lie in \[0, 1\], got 2\.0$"),
+        "pilot_commit": ({"buffer_sampling": "newest"},
+                         r"buffer_sampling must be one of random, max_variance, got 'newest'$"),
+    }[name]
+    with pytest.raises(UserError, match=message):
         build_curator(name, **bad)

@@ -92,7 +92,7 @@ def test_sampler_is_seeded_and_stops_at_eos():
         ws.sample_completions(model, tok, prompts, temperature=0)
 
 
-def test_bad_configuration_raises_value_errors():
+def test_bad_configuration_raises_value_errors(capsys):
     with pytest.raises(ValueError, match="steps"):
         ws.WarmStartConfig(steps=0).validate()
     with pytest.raises(ValueError, match="hint_share"):
@@ -107,8 +107,12 @@ def test_bad_configuration_raises_value_errors():
     for bad in ["a=x", "0", "30", "a=5,b=5", "../x=3", "max-mixed", "a=max-mixed,b=max-mixed", "a=3,a=4"]:
         with pytest.raises(ValueError, match="save_at"):
             ws.parse_save_at(bad, 20)
-    with pytest.raises(SystemExit):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
         ws.main(["--out", "x", "--steps", "-3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--steps must be a positive integer, got -3" in err and "Traceback" not in err, err
 
 
 def test_smoke_run_writes_every_file(tmp_path):

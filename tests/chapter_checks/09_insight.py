@@ -72,11 +72,9 @@ def check(records):
     for s, row in records["sim_tuned"].items():  # each selector at its own Adam rate
         assert 0 <= row["final"] <= 1 and row["lr"] > 0, s
     assert records["sim_tuned"]["uniform"]["diff_final"] == 0.0
-    # the text's reading of the tuned runs: at the tuned step uniform solves the world (0.99 held out) within its
-    # first pass over the pool, before selection can act (cpu profile; the smoke profile's short runs may not)
-    uni = records["sim_tuned"]["uniform"]
-    if records["profile"] == "cpu":
-        assert all(s is not None and s < uni["one_pass_steps"] for s in uni["solved_at"]), uni
+    # the text's reading of the tuned runs (uniform solves the world within its first pass over the pool) holds in
+    # the cpu profile only, the smoke profile's short runs may not: checked on the committed notebook
+    # (tests/test_committed_records.py)
     # the pool sweep's p-values are Holm-adjusted across its nine comparisons
     for row in records["pool_sweep"].values():
         assert all(0 <= p <= 1 for p in row["p_holm"].values())

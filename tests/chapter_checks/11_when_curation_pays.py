@@ -44,17 +44,16 @@ def check(records):
     assert records["tiny_group"]["uniform_g16"]["low"] > 1 and records["tiny_group"]["uniform_g16"]["p_holm"] < 0.05
     pc = records["pilot_commit_vs_paper_baseline"]
     assert pc["low"] <= 1 <= pc["high"] and pc["p_published"] < 0.05
-    # Knapsack-RL's crossing is uniform's on every seed at G = 2 (nothing to move), on all but one at G = 4 and 16
-    same = records["knapsack_same_crossing"]
-    if "g2" in same:  # the committed map (the smoke profile runs two conditions of a reduced suite)
-        assert {c: same[c] for c in ("g2", "g4", "g16")} == {"g2": 16, "g4": 15, "g16": 15}
-    for table in (hard, records["tiny_group"]):
+    # Knapsack-RL's crossing on the committed map's group-size conditions (absent from the smoke profile's reduced
+    # suite) is checked on the committed notebook: tests/test_committed_records.py
+    assert set(records["knapsack_same_crossing"]) == set(the_map)
+    for label, table in (("tiny", tiny), ("tiny_hard", hard), ("tiny_group", records["tiny_group"])):
         for arm, r in table.items():
-            assert r["low"] <= r["ratio"] <= r["high"] and 0 <= r["p_holm"] <= 1, arm
+            assert r["low"] <= r["ratio"] <= r["high"] and 0 <= r["p_holm"] <= 1, (label, arm)
     # the text's numbers: a prompt at p = 1/8 carries 0.81 of the expected signal of one at p = 1/2 (G = 8), and
     # chapter 10's runs repeated here agree with chapter 10's at every shared grid point in 44 of 48 (committed runs)
     assert abs(records["s_ratio_eighth_to_half"] - 0.81) < 0.005
     assert records["repeats_chapter_10"] == {"same": 44, "differ": 4}
-    # the text counts the rates chosen at an end of the grid, not extended: 10 of 130 in the committed map
-    if "g2" in records["knapsack_same_crossing"]:
-        assert sum(len(v) for v in records["edge_rates"].values()) == 10
+    # the text counts the rates chosen at an end of the grid, not extended: 10 of 130 in the committed map, checked
+    # on the committed notebook (tests/test_committed_records.py); here, one entry per condition run
+    assert set(records["edge_rates"]) == set(the_map)
