@@ -1,5 +1,7 @@
 """The GRPO loss and its plumbing (chapter 5)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -98,6 +100,22 @@ def test_kl_term_is_zero_at_the_reference(tiny_model_and_tokenizer):
     s.ref_logprobs = logp[0, mask[0]].detach()
     loss, st = policy_loss(logp, mask, [s], 0.2, 0.28, 0.1)
     assert float(loss.detach()) == pytest.approx(0.0, abs=1e-7) and st["kl_ref_sum"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_kl_term_off_the_reference_is_k3_scaled_by_its_coefficient(tiny_model_and_tokenizer):
+    """Half a nat below the policy on every token: k3 = e^q - q - 1 at q = -0.5 per token, added to the loss in
+    proportion to kl_coef (with advantage 0 the policy term is 0, so the loss is the KL term alone)."""
+    model, tok = tiny_model_and_tokenizer
+    s = TrainSample([5, 6, 7], [8, 9, 10], advantage=0.0)
+    aggregation_coefficients([s], "token-mean", 4)
+    logp, mask, _ = forward_logprobs(model, [s], 1.0, tok.pad_token_id)
+    s.ref_logprobs = logp[0, mask[0]].detach() - 0.5
+    losses = {c: policy_loss(logp, mask, [s], 0.2, 0.28, c) for c in (0.0, 0.1, 0.2)}
+    k3 = math.exp(-0.5) + 0.5 - 1.0
+    assert losses[0.1][1]["kl_ref_sum"] == pytest.approx(3 * k3, rel=1e-5)
+    assert float(losses[0.0][0].detach()) == pytest.approx(0.0, abs=1e-7)
+    assert float(losses[0.1][0].detach()) > 1e-3
+    assert float(losses[0.2][0].detach()) == pytest.approx(2 * float(losses[0.1][0].detach()), rel=1e-5)
 
 
 def test_micro_batches_cover_all_samples_and_respect_the_budget():
