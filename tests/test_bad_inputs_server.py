@@ -340,7 +340,7 @@ def test_strategies_help_with_a_name_describes_that_strategy(capsys):
     with pytest.raises(SystemExit) as info:
         main(["strategies", "--help"])
     assert info.value.code == 0
-    assert capsys.readouterr().out.startswith("usage: rlcurate strategies [-h] [--check] [NAME ...]")
+    assert capsys.readouterr().out.startswith("usage: rlcurate strategies [-h] [--check] [--options YAML] [NAME ...]")
 
 
 def test_a_closed_pipe_is_no_traceback():

@@ -136,6 +136,44 @@ BROKEN = {
             def build(self):
                 return Curator(Forgetful(), Sampler(), name=self.name)
         """, "a run resumed from its state_dict at step 4 differs"),
+    "json state": ("""
+        from dataclasses import dataclass
+        from rlcurate.curation.base import Curator, Sampler, Selector
+        from rlcurate.curation.registry import StrategyConfig, register
+
+        class IntKeyed(Selector):
+            def __init__(self):
+                super().__init__()
+                self.visits = {}
+
+            def select(self, ctx, k):
+                order = sorted(range(self.n_items), key=lambda i: (self.visits.get(i, 0), i))[:k]
+                return [int(order[j]) for j in range(k)]
+
+            def observe(self, ctx, groups):
+                for g in groups:
+                    self.visits[g.index] = self.visits.get(g.index, 0) + 1
+
+            def state_dict(self):
+                return {**super().state_dict(), "visits": self.visits}
+
+            def load_state_dict(self, state):
+                import numpy as np
+
+                super().load_state_dict(state)
+                counts = np.zeros(self.n_items, dtype=int)
+                for i, c in state["visits"].items():
+                    counts[i] = c  # a string key from JSON: IndexError
+                self.visits = {int(i): int(c) for i, c in enumerate(counts) if c}
+
+        @register("broken_json")
+        @dataclass
+        class Config(StrategyConfig):
+            \"\"\"Keeps an int-keyed map as its state: JSON gives it back with string keys.\"\"\"
+
+            def build(self):
+                return Curator(IntKeyed(), Sampler(), name=self.name)
+        """, r"resuming from its state_dict after a JSON round trip fails \(IndexError: .*store it as rows"),
     "torch": ("""
         import torch
         from dataclasses import dataclass
@@ -186,3 +224,63 @@ def test_a_bad_entry_in_rlcurate_strategies_is_refused_in_one_line(own_strategie
     monkeypatch.delenv(registry.PLUGINS_ENV)
     with pytest.raises(UserError, match=r"a strategy in a file of your own: RLCURATE_STRATEGIES=path/to/it.py"):
         build_curator("my_own_strategy")
+
+
+def test_an_installed_packages_entry_point_registers_its_strategy(own_strategies, monkeypatch, tmp_path):
+    """A package declaring ``[project.entry-points."rlcurate.strategies"]`` is imported at the first lookup of
+    a process (once: reading every package's metadata takes milliseconds)."""
+    import importlib.metadata
+
+    (tmp_path / "pkg_strategies.py").write_text(readme_block("## A worked example: `skip_solved.py`"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = []
+
+    def entry_points(group):
+        calls.append(group)
+        return [importlib.metadata.EntryPoint("skip_solved", "pkg_strategies", group)] if group == registry.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    registry._IMPORTED.discard(registry.ENTRY_POINT_GROUP)
+    try:
+        assert "skip_solved" in available() and "skip_solved" in available()
+        assert calls == [registry.ENTRY_POINT_GROUP]
+    finally:
+        sys.modules.pop("pkg_strategies", None)
+
+
+def test_a_first_choice_order_offset_does_not_change_is_noted(own_strategies, capsys):
+    """A generator seeded with a constant looks from outside like a fixed rule: the check keeps it, with a note
+    (an A/A control of it would repeat the run); ``--options`` passes the strategy's options."""
+    own_strategies("constant_seed", """
+        import numpy as np
+        from dataclasses import dataclass
+        from rlcurate.curation.base import Curator, Sampler, Selector
+        from rlcurate.curation.registry import StrategyConfig, register
+
+        class Constant(Selector):
+            def __init__(self, seed):
+                super().__init__()
+                self.constant = seed
+
+            def select(self, ctx, k):
+                rng = np.random.default_rng([self.constant, ctx.step])
+                return [int(i) for i in rng.choice(self.n_items, size=k, replace=False)]
+
+        @register("constant_seed")
+        @dataclass
+        class Config(StrategyConfig):
+            \"\"\"Draws from a generator seeded with a constant.\"\"\"
+
+            seed: int = 0
+            \"\"\"The constant.\"\"\"
+
+            def build(self):
+                return Curator(Constant(self.seed), Sampler(), name=self.name)
+        """)
+    assert main(["strategies", "constant_seed", "--check", "--options", "{seed: 3}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("constant_seed: keeps the contract")
+    assert out[1].startswith("  note: its first choice does not change with order_offset")
+    assert not check_strategy("uniform", steps=4, compositions=False, numpy_alone=False)["notes"]
+    assert main(["strategies", "constant_seed", "--check", "--options", "{sed: 3}"]) == 2
+    assert "strategy 'constant_seed' does not take sed (did you mean 'seed'?)" in capsys.readouterr().err

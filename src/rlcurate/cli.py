@@ -172,6 +172,8 @@ def _strategies(argv: list[str]) -> int:
                         help="check that each NAME keeps the strategy contract in the simulated world (described, "
                              "deterministic, resumes exactly, composes, numpy alone: rlcurate.contract); "
                              "seconds each")
+    parser.add_argument("--options", default=None, metavar="YAML",
+                        help="with --check: the strategy's options as a YAML mapping, e.g. '{k: 3}'")
     named = [a for a in argv if not a.startswith("-")]
     if named and any(a in ("-h", "--help") for a in argv):  # 'rlcurate strategies --help NAME': describe NAME
         argv = [a for a in argv if a not in ("-h", "--help")]
@@ -192,27 +194,48 @@ def _strategies(argv: list[str]) -> int:
 
                 close = difflib.get_close_matches(p, names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise UserError(f"unknown strategy {p!r}{hint}; 'rlcurate strategies' lists them: {', '.join(names)}")
+                raise UserError(f"unknown strategy {p!r}{hint}; 'rlcurate strategies' lists them: {', '.join(names)} "
+                                f"(a strategy in a file of your own: RLCURATE_STRATEGIES=path/to/it.py)")
         if len(parts) > 2:
             raise UserError(f"{spec!r}: a composition has two parts, selector+sampler")
         if len(parts) == 2:
             out.append(f"{spec}: the selector of {parts[0]} with the sampler and processors of {parts[1]}.")
         out += [_strategy_doc(p, full=True) for p in parts]
+    if args.options is not None and not args.check:
+        raise UserError("--options: only with --check (a training config takes strategy_kwargs)")
     if args.check:
-        return _check_strategies(args.names)
+        return _check_strategies(args.names, _yaml_mapping(args.options, "--options"))
     print("\n\n".join(out))
     return 0
 
 
-def _check_strategies(names: list[str]) -> int:
-    """``rlcurate strategies NAME --check``: :func:`rlcurate.contract.check_strategy` on each name,
-    one line per strategy; exit 1 when one fails (what broke, in one line)."""
+def _yaml_mapping(text: str | None, what: str) -> dict:
+    import yaml
+
+    from rlcurate.errors import UserError
+
+    if text is None:
+        return {}
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what}: cannot parse {text!r} as YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{what}: must be a YAML mapping such as '{{k: 3}}', got {text!r}")
+    return value
+
+
+def _check_strategies(names: list[str], options: dict) -> int:
+    """``rlcurate strategies NAME --check``: :func:`rlcurate.contract.check_strategy` on each name (with
+    ``options``), one line per strategy and its notes; exit 1 when one fails (what broke, in one line)."""
     from rlcurate.contract import check_strategy
+    from rlcurate.curation.registry import validate_strategy
 
     failed = 0
     for name in names:
+        validate_strategy(name, options)  # a misspelt option: one line, before any run
         try:
-            report = check_strategy(name)
+            report = check_strategy(name, **options)
         except AssertionError as exc:
             failed += 1
             print(f"{name}: FAILED: {exc}")
@@ -221,6 +244,8 @@ def _check_strategies(names: list[str]) -> int:
               + (f", {len(report['refused'])} refused with a reason" if report["refused"] else "")
               + (f"; not in the simulated world: {', '.join(report['not_in_sim'])}" if report["not_in_sim"] else "")
               + ")")
+        for note in report["notes"]:
+            print(f"  note: {note}")
     return 1 if failed else 0
 
 

@@ -107,10 +107,14 @@ def _discover() -> None:
         _import_once(module, lambda module=module: importlib.import_module(module))
     for entry in filter(None, (e.strip() for e in os.environ.get(PLUGINS_ENV, "").split(os.pathsep))):
         _import_once(f"{PLUGINS_ENV}:{entry}", lambda entry=entry: _import_plugin(entry))
+    _import_once(ENTRY_POINT_GROUP, _load_entry_points)  # once a process: reading every package's metadata takes ms
+
+
+def _load_entry_points() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _import_once(f"{ENTRY_POINT_GROUP}:{ep.value}", ep.load)
+        ep.load()
 
 
 def _import_once(key: str, load) -> None:
