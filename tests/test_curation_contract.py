@@ -221,6 +221,10 @@ def test_a_bad_entry_in_rlcurate_strategies_is_refused_in_one_line(own_strategie
         monkeypatch.setenv(registry.PLUGINS_ENV, entry)
         with pytest.raises(UserError, match=re.escape(message)):
             available()
+    broken = own_strategies("typo", "x = 1\ny = undefined_name\n")
+    with pytest.raises(UserError, match=re.escape(f"{broken}, line 2: importing it failed: NameError: name "
+                                                  "'undefined_name' is not defined")):
+        available()
     monkeypatch.delenv(registry.PLUGINS_ENV)
     with pytest.raises(UserError, match=r"a strategy in a file of your own: RLCURATE_STRATEGIES=path/to/it.py"):
         build_curator("my_own_strategy")

@@ -67,7 +67,7 @@ class StrategyConfig:
 
 
 _REGISTRY: dict[str, type[StrategyConfig]] = {}
-_IMPORTED: set[str] = set()  # the modules of the package that discovery has imported
+_IMPORTED: set[str] = set()  # what discovery has imported: the package's modules, plugin entries, entry points
 PLUGINS_ENV = "RLCURATE_STRATEGIES"
 """Strategies outside the package: files (``path/to/mine.py``) or importable module names, ``os.pathsep``-separated."""
 ENTRY_POINT_GROUP = "rlcurate.strategies"
@@ -141,6 +141,14 @@ def _import_plugin(entry: str) -> None:
         sys.modules[name] = module  # before running it: dataclasses look their module up
         try:
             spec.loader.exec_module(module)
+        except Exception as exc:  # the user's file: one line, with where in it
+            sys.modules.pop(name, None)
+            import traceback
+
+            lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+            where = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else (lines[-1] if lines else None)
+            raise UserError(f"{PLUGINS_ENV}: {entry}" + (f", line {where}" if where else "")
+                            + f": importing it failed: {type(exc).__name__}: {exc}") from exc
         except BaseException:
             sys.modules.pop(name, None)
             raise
