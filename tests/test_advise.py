@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from rlcurate.advise import _measured_zero_share, advise_counts, read_counts, sim_prompts
+from rlcurate.advise import _measured_zero_share, _verdict, advise, advise_counts, read_counts, render, sim_prompts
 from rlcurate.cli import main
 from rlcurate.stats import group_mixed_prob
 from rlcurate.stats import mixture
@@ -85,7 +85,8 @@ def test_advise_reads_an_audit_and_reports_the_gate_measured_then_fitted(tmp_pat
     assert all(r["low"] <= r["zero_variance"] <= r["high"] for r in out["gate"])
     assert [gate[G]["zero_variance"] for G in (2, 4, 8, 16, 32, 64)] == sorted(
         [gate[G]["zero_variance"] for G in (2, 4, 8, 16, 32, 64)], reverse=True)  # larger groups mix more
-    assert (audit / "advice.json").is_file() and (audit / "advice.png").stat().st_size > 1000
+    assert (audit / "advice_gate.json").is_file() and (audit / "advice_gate.png").stat().st_size > 1000
+    assert not (audit / "advice.json").exists()  # a full run's advice is not overwritten by the gate alone
     assert "groups would carry no signal" in out["verdict"]
 
 
@@ -93,12 +94,52 @@ def test_the_simulated_ceiling_is_below_uniform_on_a_pool_with_piles():
     # the conditions map's main pool, Beta(0.5, 0.5): choosing the mixed prompts pays (chapter 11: 0.45)
     rng = np.random.default_rng(4)
     k = rng.binomial(8, rng.beta(0.5, 0.5, 420))
-    a = advise_counts(k, np.full(k.size, 8), group_size=8, seeds=2, boots=20)
+    a = advise_counts(k, np.full(k.size, 8), group_size=8, seeds=2, boots=20, pool=1000)
+    assert "a pool of 1,000 prompts is simulated by 420 training prompts, each revisited about 2.4 times" in a.warnings[0]
     ro = a.sim["ratios"]["rollouts"]
     assert set(ro) == {"oracle_select", "oracle_alloc", "dapo", "greso", "uniform_g2", "uniform_g4", "uniform_g16", "uniform_g32"}
     assert ro["oracle_select"]["ratio"] < 0.8
     assert a.sim["world_prompts"] == sim_prompts(420) == 600 and sim_prompts(60) == 86
-    assert "with exact pass rates curation saves about" in a.verdict
+    # the verdict keeps its own rule: a saving only where the interval and the Holm-adjusted p both exclude noise
+    sel = ro["oracle_select"]
+    if sel["high"] < 1 and sel["p_holm"] < 0.05:
+        assert "with exact pass rates curation saves about" in a.verdict
+    else:
+        assert "with exact pass rates the saving is within the noise of 2 seeds" in a.verdict
+    text = render(a)
+    assert "PREDICTED in a simulated world" in text and "\ncaveat: predictions of a simulated world" in text
+    assert a.to_dict()["caveat"].startswith("predictions of a simulated world")
+
+
+def test_the_ceiling_within_the_noise_is_said_so_whatever_its_interval():
+    """The helper's case: oracle selection 0.30 [0.15, 0.58] with Holm p 0.083 is not a saving the verdict may
+    claim (its own rule: both the interval and the adjusted p exclude noise)."""
+    r = {"ratio": 0.30, "low": 0.15, "high": 0.58, "p_holm": 0.083}
+    sim = {"seeds": 4, "ratios": {cur: {"oracle_select": r, "oracle_alloc": {**r, "ratio": 0.9, "low": 0.6, "high": 1.3,
+                                                                             "p_holm": 1.0},
+                                        "dapo": {**r, "ratio": 1.0, "low": 0.8, "high": 1.2, "p_holm": 1.0},
+                                        "greso": {**r, "ratio": 1.0, "low": 0.8, "high": 1.2, "p_holm": 1.0}}
+                                  for cur in ("rollouts", "cost")}}
+    verdict = _verdict(sim, [], 8)
+    assert verdict.startswith("with exact pass rates the saving is within the noise of 4 seeds here (oracle select: "
+                              "0.30 [0.15, 0.58] of uniform's, Holm p 0.083")
+    sim["ratios"]["rollouts"]["oracle_select"] = {**r, "p_holm": 0.01}
+    assert _verdict(sim, [], 8).startswith("with exact pass rates curation saves about 70% of the rollouts")
+
+
+def test_an_audit_with_many_never_solved_prompts_or_a_limit_is_warned(tmp_path):
+    rng = np.random.default_rng(6)
+    k = np.r_[np.zeros(30, int), rng.binomial(8, 0.5, 50)]
+    folder = write_audit(tmp_path / "a", [[1.0] * ki + [0.0] * (8 - ki) for ki in k])
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["config"]["limit"] = 80
+    (folder / "config.json").write_text(json.dumps(cfg))
+    a = advise(folder, sim=False, boots=20)
+    assert any(w.startswith("30 of 80 prompts (38%) were never solved in their runs") for w in a.warnings)
+    assert any(w.startswith("the audit covers 80 prompts of its split (--limit)") for w in a.warnings)
+    assert not any("--limit" in w for w in advise(folder, sim=False, boots=20, pool=5000).warnings)
+    big = advise_counts(k, np.full(k.size, 8), pool=5000, seeds=2, boots=20, sim=False)
+    assert not any("simulated by" in w for w in big.warnings)  # no simulation, nothing simulated
 
 
 def test_a_slimmed_audit_without_reasons_is_read():

@@ -11,7 +11,8 @@ An audit (``rlcurate audit``, any backend) gives each prompt's successes in N ru
 3. **The ceiling and the strategies, by simulation**: chapter 11's simulated world (the conditions map's
    world, :mod:`rlcurate.conditions`) with its pool's pass rates drawn from this fit (one bootstrap fit
    per seed, so the fit's uncertainty enters the intervals). Uniform GRPO at your G, oracle selection and
-   oracle allocation from the exact pass rates (what no real strategy can beat: the ceiling), DAPO's
+   oracle allocation from the exact pass rates (what one good rule does with perfect information, chapter 11's
+   "ceiling": a benchmark, not a bound), DAPO's
    dynamic sampling, GRESO's pre-rollout filter, and uniform GRPO at the other group sizes at equal
    rollouts per step, each at the learning rate of least rollouts-to-target on a validation world.
    Endpoint: rollouts (and cost, rollouts + rho * rollouts trained) until the held-out pass rate closes
@@ -19,7 +20,9 @@ An audit (``rlcurate audit``, any backend) gives each prompt's successes in N ru
 
 What the simulation cannot know is how *your* model learns: it predicts from the pool's shape at the start.
 Chapter 11 puts its predictions beside measured runs (the conditions map, the tiny model, SmolLM2) and
-says where they part.
+says where they part: on language models it was optimistic about selection and small groups, and its world
+learns every prompt through shared skills, where a model may never solve some. The output says so
+(:data:`CAVEAT`, and a warning where many audited prompts were never solved).
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ SIM_CLOSE_GAP = 0.5
 SIM_BUDGET = 51200
 """The simulation's cap on a run's rollouts (a run that has not reached its target by then counts as
 reaching it there, which understates its ratio)."""
+NEVER_SOLVED_WARN = 0.1
+"""The share of audited prompts never solved above which advise warns that its world (which learns every prompt
+through shared skills) is likely optimistic."""
+CAVEAT = ("predictions of a simulated world built from the pool's starting shape, not measurements: on language "
+          "models (chapter 11) they were optimistic about selection and small groups; before acting on one, "
+          "confirm it with a short paired run (rlcurate runs, chapter 10's protocol)")
 STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
                  "dapo": {"strategy": "dapo"}, "greso": {"strategy": "greso"}}
 CEILING_ARMS = ("oracle_select", "oracle_alloc")
@@ -88,6 +97,7 @@ class Advice:
                         "gate": self.gate, "budget": self.budget, "pool": self.pool,
                         "group_size": self.group_size, "rho": self.rho, "training": self.training,
                         "simulation": self.sim, "verdict": self.verdict, "warnings": self.warnings,
+                        "caveat": CAVEAT if self.sim and not self.sim.get("unreached") else None,
                         "seconds": self.seconds})
 
 
@@ -116,7 +126,7 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
     n = np.array([s.size for s in audit.scores])
     if n.max() < MIN_RUNS:
         raise UserError(f"{folder}: {n.max()} run per prompt; a pass rate cannot be told from luck in one run: "
-                        f"audit with --runs 4 or more")
+                        f"audit with --runs 8 ({MIN_RUNS} at the least)")
     keep = n >= MIN_RUNS
     k = np.array([int(s.sum()) for s in audit.scores])[keep]
     n = n[keep]
@@ -136,7 +146,21 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
             warnings.append(f"{count / runs:.0%} of the runs {what}: the audit measures that more than the data")
     if n.min() < 4:
         warnings.append(f"{n.min()} runs per prompt identify little of the distribution's shape; 8 or more are better")
+    never = int((k == 0).sum())
+    if never > NEVER_SOLVED_WARN * k.size:
+        warnings.append(f"{never} of {k.size} prompts ({never / k.size:.0%}) were never solved in their runs: the "
+                        f"simulated world learns every prompt through shared skills, while a model may never solve "
+                        f"some, so its predictions are likely optimistic here (chapter 11)")
     return k, n, warnings
+
+
+def _audited_limit(folder: Path) -> int | None:
+    """The audit's ``--limit`` (it audited that many prompts of its split), or ``None``."""
+    try:
+        limit = json.loads((folder / "config.json").read_text()).get("config", {}).get("limit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 # ---------------------------------------------------------------------------------------------- the gate
@@ -286,10 +310,15 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     ro, co = sim["ratios"]["rollouts"], sim["ratios"]["cost"]
     best = min(CEILING_ARMS, key=lambda a: ro[a]["ratio"])
     ceiling = ro[best]
-    parts = [f"with exact pass rates curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
-             f"here ({best.replace('_', ' ')}: {_interval(ceiling)} of uniform's; a benchmark, not a bound)"]
-    if ceiling["high"] >= 0.9:
-        parts[0] += ", little room"
+    shown = f"{best.replace('_', ' ')}: {_interval(ceiling)} of uniform's, Holm p {_holm(ceiling):.3f}"
+    if _beyond_noise(ceiling) == -1:
+        parts = [f"with exact pass rates curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
+                 f"here ({shown}; chapter 11's ceiling: a benchmark, not a bound)"]
+        if ceiling["high"] >= 0.9:
+            parts[0] += ", little room"
+    else:
+        parts = [f"with exact pass rates the saving is within the noise of {sim['seeds']} seeds here ({shown}; more "
+                 f"--seeds narrow it)"]
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
         r = co[arm]
         word = {-1: "pays", 1: "costs more", 0: "is within the noise of uniform"}[_beyond_noise(r)]
@@ -312,8 +341,16 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
     Every option is checked before the audit is read."""
     _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap)
     k, n, warnings = read_counts(audit_dir)
+    if pool is None and _audited_limit(Path(audit_dir)) is not None:
+        warnings.append(f"the audit covers {k.size} prompts of its split (--limit): the simulation takes your training "
+                        f"pool to be those {k.size}; give --pool-size, since the ratios depend on how often each "
+                        f"prompt is revisited (chapter 11)")
     return advise_counts(k, n, str(audit_dir), group_size, budget, rho, training, pool, seeds, boots, sim,
                          close_gap, seed, warnings)
+
+
+def _sim_train_prompts() -> int:
+    return round(SIM_WORLD["n_prompts"] * (1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]))
 
 
 def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
@@ -333,6 +370,11 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
                  "high": float(np.quantile(means, 0.975)), "mixed_in_audit": float(np.mean((k > 0) & (k < n)))}
     pool = int(pool or k.size)
     budget = int(budget or 100 * 128)
+    warnings = list(warnings)
+    if sim and pool > _sim_train_prompts():
+        warnings.append(f"a pool of {pool:,} prompts is simulated by {_sim_train_prompts()} training prompts, each "
+                        f"revisited about {pool / _sim_train_prompts():.1f} times as often as yours: the simulated "
+                        f"ratios are for a smaller, more revisited pool")
     for row in gate:
         row["visits_per_prompt"] = budget / (row["G"] * pool)
         row["mixed_groups_in_budget"] = budget / row["G"] * (1 - row["zero_variance"])
@@ -340,7 +382,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
               if sim else None)
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
-                  sim=result, verdict=_verdict(result, gate, group_size), warnings=list(warnings),
+                  sim=result, verdict=_verdict(result, gate, group_size), warnings=warnings,
                   seconds=time.perf_counter() - t0, shares=k / n)
 
 
@@ -377,17 +419,22 @@ def render(a: Advice) -> str:
     lines.append(f"(visits per prompt at the budget of {a.budget:,} rollouts over {a.pool:,} prompts)")
     if a.sim and not a.sim.get("unreached"):
         s = a.sim
-        lines += ["", f"simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit each): rollouts "
-                      f"to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at G = {a.group_size}",
+        lines += ["", f"PREDICTED in a simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit "
+                      f"each): rollouts to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at "
+                      f"G = {a.group_size}",
                   f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'Holm p':>8}{'cost':>22}{'Holm p':>8}"]
         for arm in s["ratios"]["rollouts"]:
             ro, co = s["ratios"]["rollouts"][arm], s["ratios"]["cost"][arm]
             lines.append(f"{arm:<16}{s['lr'][arm]:>5g}{_interval(ro):>22}{_holm(ro):>8.3f}{_interval(co):>22}"
                          f"{_holm(co):>8.3f}")
-        lines.append(f"cost = {s['currency']}; 95% intervals per arm, p-values Holm-adjusted across the arms: "
-                     f"the verdict counts a difference only where both exclude noise")
+        lines.append(f"cost = {s['currency']} (read it where training is a noticeable share of a step; rollouts "
+                     f"where generation dominates); lr: the simulated world's learning rate per arm, tuned on its "
+                     f"validation world, not a setting for your model; 95% intervals per arm, p-values "
+                     f"Holm-adjusted across the arms: the verdict counts a difference only where both exclude noise")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
+    if a.sim and not a.sim.get("unreached"):
+        lines.append(f"caveat: {CAVEAT}")
     lines.append(f"({a.seconds:.1f} s)")
     return "\n".join(lines)
 
@@ -433,17 +480,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     "pass-rate distribution, the gate at each group size, and what curation could "
                                     "save, predicted in the simulated world (chapters 4 and 11).")
     ap.add_argument("audit", help="an audit folder (rlcurate audit --out DIR), any backend")
-    ap.add_argument("--group-size", type=int, default=8, help="the group size G you train with")
+    ap.add_argument("--group-size", type=int, default=8,
+                    help=f"the group size G you train with: one of {', '.join(map(str, SIM_GROUP_SIZES))} (the "
+                         f"simulation's 128 rollouts per step in whole groups)")
     ap.add_argument("--budget", type=int, default=None, help="your rollout budget (default 12,800)")
-    ap.add_argument("--pool-size", type=int, default=None, help="prompts in your training pool (default: those audited)")
+    ap.add_argument("--pool-size", type=int, default=None,
+                    help="prompts in your training pool (default: those audited); the simulated world holds at most "
+                         f"{_sim_train_prompts()} training prompts")
     ap.add_argument("--rho", type=float, default=1.0, help="cost of training on one rollout over generating it")
     ap.add_argument("--training", default="dense", help="dense: the trainer trains every rollout of a kept group "
                                                         "(verl, TRL); sparse: only rollouts with a non-zero advantage")
-    ap.add_argument("--seeds", type=int, default=4, help="paired seeds of the simulation")
+    ap.add_argument("--seeds", type=int, default=4,
+                    help="paired seeds of the simulation (4: seconds, and what chapter 11 checked; 8 or 16 narrow the "
+                         "intervals, in proportion to the time)")
     ap.add_argument("--close-gap", type=float, default=SIM_CLOSE_GAP,
                     help="the simulation's target: the start's held-out pass rate plus this share of its gap to 1")
     ap.add_argument("--boots", type=int, default=100, help="bootstrap refits of the distribution")
-    ap.add_argument("--no-sim", action="store_true", help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts)")
+    ap.add_argument("--no-sim", action="store_true",
+                    help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts); writes "
+                         "advice_gate.json and advice_gate.png, leaving a full run's advice.json as it is")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for advice.json and advice.png (default: the audit folder)")
     args = ap.parse_args(argv)
@@ -458,7 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
                args.boots, not args.no_sim, args.close_gap)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "advice.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
-    plot(a, out / "advice.png")
-    print(json.dumps(a.to_dict(), indent=1) if args.json else render(a))
+    stem = "advice_gate" if args.no_sim else "advice"
+    (out / f"{stem}.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
+    plot(a, out / f"{stem}.png")
+    print(json.dumps(a.to_dict(), indent=1) if args.json else render(a) + f"\nwritten: {out / stem}.json, {stem}.png")
     return 0

@@ -73,7 +73,8 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
     return 2
 
 
-def _summarize(parser: argparse.ArgumentParser, args: argparse.Namespace, folder: str, written: bool = False) -> int:
+def _summarize(parser: argparse.ArgumentParser, args: argparse.Namespace, folder: str, written: bool = False,
+               runs: int = 2) -> int:
     """Write and print the summary of the audit in ``folder`` (exit status 0, or 2 naming what is wrong)."""
     from rlcurate.audit.config import AuditError
     from rlcurate.audit.report import format_summary, write_summary
@@ -85,7 +86,10 @@ def _summarize(parser: argparse.ArgumentParser, args: argparse.Namespace, folder
     print(format_summary(summary))
     if written:
         print(f"written to {folder}")
-        print(f"next: rlcurate advise {folder}  (what curation could save on this pool, and the group size; chapter 11)")
+        if runs >= 2:
+            print(f"next: rlcurate advise {folder}  (what curation could save on this pool, and the group size; chapter 11)")
+        else:
+            print("next: audit again with --runs 8 (2 at the least) for rlcurate advise, which needs a pass rate per prompt")
     return 0
 
 
@@ -134,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if config.runs == 1:
             print(f"{parser.prog}: warning: --runs 1 cannot tell mixed prompts from uniform ones (one run always "
-                  "agrees with itself); the summary will give pass rates only. Use --runs 2 or more for a verdict.",
+                  "agrees with itself); the summary will give pass rates only. Use --runs 8 (2 at the least) for a verdict.",
                   file=sys.stderr)
         session = run_audit(config, args.out, progress=not args.quiet, max_chunks=args.max_chunks)
     except AuditError as exc:
@@ -157,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not session["complete"]:
         print(f"audit paused after {session['chunks']} chunk(s); run the same command again to continue",
               file=sys.stderr)
-    return _summarize(parser, args, args.out, written=True)
+    return _summarize(parser, args, args.out, written=True, runs=config.runs)
 
 
 if __name__ == "__main__":  # through the command line, so that a user's mistake is one line
