@@ -289,6 +289,10 @@ def _holm(r: dict[str, float]) -> float:
     return p if p is not None and math.isfinite(p) else 1.0
 
 
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _beyond_noise(r: dict[str, float], alpha: float = 0.05) -> int:
     """-1 (below 1) or +1 (above) where the interval excludes 1 and the Holm-adjusted p across the arms is
     below ``alpha`` (the intervals are per arm; a verdict over several arms needs the adjustment), else 0."""
@@ -310,7 +314,7 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     ro, co = sim["ratios"]["rollouts"], sim["ratios"]["cost"]
     best = min(CEILING_ARMS, key=lambda a: ro[a]["ratio"])
     ceiling = ro[best]
-    shown = f"{best.replace('_', ' ')}: {_interval(ceiling)} of uniform's, Holm p {_holm(ceiling):.3f}"
+    shown = f"{best.replace('_', ' ')}: {_interval(ceiling)} of uniform's, Holm p {_p(_holm(ceiling))}"
     if _beyond_noise(ceiling) == -1:
         parts = [f"with exact pass rates curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
                  f"here ({shown}; chapter 11's ceiling: a benchmark, not a bound)"]
@@ -322,13 +326,13 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
         r = co[arm]
         word = {-1: "pays", 1: "costs more", 0: "is within the noise of uniform"}[_beyond_noise(r)]
-        parts.append(f"{name} {word} in cost ({_interval(r)}, Holm p {_holm(r):.3f})")
+        parts.append(f"{name} {word} in cost ({_interval(r)}, Holm p {_p(_holm(r))})")
     g_arms = {int(a.split("_g")[1]): ro[a] for a in ro if a.startswith("uniform_g")}
     better = {g: r for g, r in g_arms.items() if _beyond_noise(r) == -1}
     if better:
         g = min(better, key=lambda g: better[g]["ratio"])
         parts.append(f"use G = {g} ({_interval(better[g])} of G = {group_size}'s rollouts, Holm p "
-                     f"{_holm(better[g]):.3f})")
+                     f"{_p(_holm(better[g]))})")
     else:
         parts.append(f"no other group size beats G = {group_size} beyond the noise (Holm-adjusted)")
     return "; ".join(parts)
@@ -371,7 +375,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
     pool = int(pool or k.size)
     budget = int(budget or 100 * 128)
     warnings = list(warnings)
-    if sim and pool > _sim_train_prompts():
+    if sim and pool >= 1.5 * _sim_train_prompts():  # revisited half as often again, or more
         warnings.append(f"a pool of {pool:,} prompts is simulated by {_sim_train_prompts()} training prompts, each "
                         f"revisited about {pool / _sim_train_prompts():.1f} times as often as yours: the simulated "
                         f"ratios are for a smaller, more revisited pool")
