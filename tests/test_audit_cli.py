@@ -80,7 +80,9 @@ def test_bad_arguments_exit_2_naming_them(checkpoint, tmp_path, capsys, argv_ext
 def test_unknown_model_exits_2_naming_it(tmp_path, capsys):
     missing = tmp_path / "no-such-checkpoint"
     assert main(base_args(missing, tmp_path / "x")) == 2
-    assert str(missing) in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--model={str(missing)!r}: no such checkpoint directory" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()  # refused before the audit folder is written
 
 
 def test_a_folder_that_is_not_a_checkpoint_is_named(tmp_path, capsys):

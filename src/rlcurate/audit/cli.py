@@ -135,6 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = AuditConfig(**values)
     except AuditError as exc:
         return _fail(parser, options.flag_message(exc))
+    if config.backend == "transformers":  # a missing checkpoint path: one line, before the folder is written
+        from rlcurate.models.hf import check_model_source
+
+        try:
+            check_model_source(config.model, flag="--model")
+        except UserError as exc:
+            return _fail(parser, str(exc))
     try:
         if config.runs == 1:
             print(f"{parser.prog}: warning: --runs 1 cannot tell mixed prompts from uniform ones (one run always "
