@@ -52,11 +52,12 @@ def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, num
     from rlcurate.config_cli import field_docs
     from rlcurate.curation.registry import available, config_class, options
 
-    assert name in available(), f"{name!r} is not registered (a file of your own: RLCURATE_STRATEGIES=path/to/it.py)"
+    _require(name in available(),
+             f"{name!r} is not registered (a file of your own: RLCURATE_STRATEGIES=path/to/it.py)")
     cls = config_class(name)
-    assert (cls.__doc__ or "").strip(), f"{name}: the configuration class has no docstring"
+    _require((cls.__doc__ or "").strip(), f"{name}: the configuration class has no docstring")
     undocumented = sorted(set(options(name)) - set(field_docs(cls)))
-    assert not undocumented, f"{name}: options without a docstring right below them: {undocumented}"
+    _require(not undocumented, f"{name}: options without a docstring right below them: {undocumented}")
     done = ["described"]
 
     try:
@@ -66,15 +67,16 @@ def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, num
                              f"contract's checks need it") from exc
     pool = len(trainer.train_problems)
     for step, picked in enumerate(trainer.sampled_prompts, 1):
-        assert picked and all(0 <= i < pool for i in picked), f"{name}: step {step} rolled out {picked} (pool {pool})"
-    assert trainer.rollouts == sum(r["rollouts"] for r in full.records) > 0, f"{name}: rollouts not counted"
-    assert np.isfinite(full.column("held_out")).all(), f"{name}: the held-out pass rate is not finite"
+        _require(picked and all(0 <= i < pool for i in picked),
+                 f"{name}: step {step} rolled out {picked} (pool {pool})")
+    _require(trainer.rollouts == sum(r["rollouts"] for r in full.records) > 0, f"{name}: rollouts not counted")
+    _require(np.isfinite(full.column("held_out")).all(), f"{name}: the held-out pass rate is not finite")
     done.append("trains")
 
     again, _ = _run(name, kwargs, steps, seed=1)
-    assert _same(again.records, full.records), (
+    _require(_same(again.records, full.records), (
         f"{name}: two runs with the same seed differ ({_first_diff(again.records, full.records)}): draw random "
-        f"choices from ctx.rng or a named stream keyed on the part's seed, never from numpy's global generator")
+        f"choices from ctx.rng or a named stream keyed on the part's seed, never from numpy's global generator"))
     done.append("deterministic")
 
     half = steps // 2
@@ -90,14 +92,14 @@ def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, num
             f"{name}: resuming from its state_dict after a JSON round trip fails ({type(exc).__name__}: {exc}): the "
             f"state must survive JSON (an int-keyed map comes back with string keys: store it as rows)") from exc
     resumed = first.records + rest.records[1:]
-    assert _same(resumed, full.records) and np.array_equal(tr2.theta, trainer.theta), (
+    _require(_same(resumed, full.records) and np.array_equal(tr2.theta, trainer.theta), (
         f"{name}: a run resumed from its state_dict at step {half} differs ({_first_diff(resumed, full.records)}): "
-        f"put everything the strategy learns in state_dict / load_state_dict")
+        f"put everything the strategy learns in state_dict / load_state_dict"))
     done.append("resumes exactly")
 
     report: dict[str, Any] = {"checks": done, "composed": [], "refused": {}, "not_in_sim": [], "notes": []}
     other, offset_trainer = _run(name, kwargs, steps, seed=1, order_offset=1000)
-    assert np.isfinite(other.column("held_out")).all(), f"{name}: the A/A arm (order_offset=1000) fails"
+    _require(np.isfinite(other.column("held_out")).all(), f"{name}: the A/A arm (order_offset=1000) fails")
     if trainer.sampled_prompts[0] == offset_trainer.sampled_prompts[0]:  # the same pool: the run seed is the same
         report["notes"].append("its first choice does not change with order_offset, so an A/A control of it would "
                                "repeat the run: a fixed rule, or draws not taken from ctx.rng or the part's seed "
@@ -114,6 +116,12 @@ def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, num
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+def _require(ok, message: str) -> None:
+    """An :class:`AssertionError` naming what broke (not ``assert``, which ``python -O`` strips)."""
+    if not ok:
+        raise AssertionError(message)
+
+
 def _trainer(strategy: str, kwargs: dict, seed: int, theta=None, order_offset: int = 0):
     from rlcurate.curation.registry import build_curator
     from rlcurate.sim.bridge import SimTrainer
@@ -190,4 +198,5 @@ def _numpy_alone(name: str, cls) -> None:
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     last = (res.stderr.strip().splitlines() or [""])[-1]
-    assert res.returncode == 0, f"{name}: building it needs more than numpy ({last}); import torch inside the method that uses it"
+    _require(res.returncode == 0,
+             f"{name}: building it needs more than numpy ({last}); import torch inside the method that uses it")
