@@ -16,6 +16,7 @@ import pytest
 
 import rlcurate.curation as package
 from rlcurate.cli import main
+from rlcurate.contract import BLOCK_TORCH
 from rlcurate.curation import available, build_curator, registry
 from rlcurate.errors import UserError
 from rlcurate.sim import SoftmaxWorld
@@ -162,16 +163,7 @@ def test_every_option_of_every_strategy_has_a_docstring():
 def test_build_curator_needs_numpy_alone():
     """``build_curator("uniform")`` (and discovering every strategy) in a process where torch cannot be
     imported: no strategy module imports it at import time."""
-    code = textwrap.dedent("""
-        import sys
-
-        class NoTorch:
-            def find_spec(self, name, path=None, target=None):
-                if name == "torch" or name.startswith("torch."):
-                    raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-                return None
-
-        sys.meta_path.insert(0, NoTorch())
+    code = BLOCK_TORCH + textwrap.dedent("""
         from rlcurate.curation import available, build_curator
 
         names = available()

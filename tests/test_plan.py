@@ -355,3 +355,22 @@ def test_a_dry_run_checkpoint_is_rebuilt_when_its_architecture_changes(monkeypat
     second = dry_run.dry_run_checkpoint("Qwen/Qwen2.5-0.5B-Instruct")
     assert second != first and len(built) == 2
     assert json.loads((second / "config.json").read_text())["intermediate_size"] == 1234
+
+
+def test_the_chapters_gpu_runs_are_built_from_one_declaration(tmp_path):
+    """rlcurate.book.gpu_runs: what the chapters' GPU cells train and appendix A1 plans, per profile."""
+    from rlcurate.book import CHAPTER_GPU_RUNS, chapter_gpu_configs
+
+    gpu = {ch: chapter_gpu_configs(ch, "gpu", tmp_path) for ch in CHAPTER_GPU_RUNS}
+    assert {ch: {a: (c.strategy, c.steps) for a, c in arms.items()} for ch, arms in gpu.items() if ch != "10_end_to_end"} == {
+        "05_grpo_loop": {"grpo": ("uniform", 10)},
+        "06_adaptive_sampling": {"ada_seq_balanced": ("ada_seq_balanced", 8), "uniform_n4": ("uniform", 8)},
+        "07_hinting": {"sage": ("sage", 6), "uniform": ("uniform", 6)},
+        "08_dro": {"dro": ("dro", TrainConfig.load(REPO / "configs" / "gpu_dro_qwen25_05b_gsm8k.yaml").steps)},
+        "09_insight": {"uniform": ("uniform", 6), "insight": ("insight", 6)}}
+    assert gpu["06_adaptive_sampling"]["uniform_n4"].strategy_kwargs == {}
+    assert gpu["07_hinting"]["sage"].eval_every == 6 and gpu["09_insight"]["insight"].eval_every == 6
+    assert [c.max_rollouts for c in gpu["10_end_to_end"].values()] == [32 * 8 * 30] * 2
+    assert all(c.out_dir == str(tmp_path / "gpu" / a) and not c.resume for arms in gpu.values() for a, c in arms.items())
+    assert chapter_gpu_configs("07_hinting", "smoke")["sage"].steps == 2
+    assert not any(tmp_path.iterdir())  # building them creates nothing

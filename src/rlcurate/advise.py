@@ -51,6 +51,9 @@ MIN_RUNS = 2
 SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
 """The conditions map's world (configs/suites/conditions_sim.yaml) less its pass rates."""
 SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
+SIM_TRAIN_SHARE = 1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]
+SIM_TRAIN_PROMPTS = round(SIM_WORLD["n_prompts"] * SIM_TRAIN_SHARE)
+"""The most training prompts the simulated world holds (420)."""
 SIM_LRS = (0.3, 1.0, 3.0)
 SIM_CLOSE_GAP = 0.5
 SIM_BUDGET = 51200
@@ -89,6 +92,11 @@ class Advice:
     shares: np.ndarray | None = None
     """The audit's per-prompt shares k / n (for the plot; not in the JSON)."""
 
+    @property
+    def predicted(self) -> bool:
+        """Whether the simulation ran and reached its target (so it predicts ratios)."""
+        return bool(self.sim) and not self.sim.get("unreached")
+
     def to_dict(self) -> dict[str, Any]:
         from rlcurate.conditions import json_safe
 
@@ -97,7 +105,7 @@ class Advice:
                         "gate": self.gate, "budget": self.budget, "pool": self.pool,
                         "group_size": self.group_size, "rho": self.rho, "training": self.training,
                         "simulation": self.sim, "verdict": self.verdict, "warnings": self.warnings,
-                        "caveat": CAVEAT if self.sim and not self.sim.get("unreached") else None,
+                        "caveat": CAVEAT if self.predicted else None,
                         "seconds": self.seconds})
 
 
@@ -155,12 +163,11 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def _audited_limit(folder: Path) -> int | None:
-    """The audit's ``--limit`` (it audited that many prompts of its split), or ``None``."""
-    try:
-        limit = json.loads((folder / "config.json").read_text()).get("config", {}).get("limit")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else None
+    """The audit's ``--limit`` (it audited that many prompts of its split), or ``None``; read after
+    :func:`read_counts` has accepted the folder."""
+    from rlcurate.audit.store import read_config
+
+    return read_config(folder)["config"].get("limit")
 
 
 # ---------------------------------------------------------------------------------------------- the gate
@@ -239,8 +246,7 @@ def sim_prompts(pool: int | None) -> int:
     pool, from 28 up to 420 (:data:`SIM_WORLD`'s 600)."""
     if pool is None:
         return SIM_WORLD["n_prompts"]
-    share = 1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]
-    return int(min(SIM_WORLD["n_prompts"], max(40, math.ceil(pool / share))))
+    return int(min(SIM_WORLD["n_prompts"], max(40, math.ceil(pool / SIM_TRAIN_SHARE))))
 
 
 def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap) -> dict[str, Any]:
@@ -353,10 +359,6 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
                          close_gap, seed, warnings)
 
 
-def _sim_train_prompts() -> int:
-    return round(SIM_WORLD["n_prompts"] * (1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]))
-
-
 def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
                   rho: float = 1.0, training: str = "dense", pool: int | None = None, seeds: int = 4,
                   boots: int = 100, sim: bool = True, close_gap: float = SIM_CLOSE_GAP, seed: int = 0,
@@ -375,9 +377,9 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
     pool = int(pool or k.size)
     budget = int(budget or 100 * 128)
     warnings = list(warnings)
-    if sim and pool >= 1.5 * _sim_train_prompts():  # revisited half as often again, or more
-        warnings.append(f"a pool of {pool:,} prompts is simulated by {_sim_train_prompts()} training prompts, each "
-                        f"revisited about {pool / _sim_train_prompts():.1f} times as often as yours: the simulated "
+    if sim and pool >= 1.5 * SIM_TRAIN_PROMPTS:  # revisited half as often again, or more
+        warnings.append(f"a pool of {pool:,} prompts is simulated by {SIM_TRAIN_PROMPTS} training prompts, each "
+                        f"revisited about {pool / SIM_TRAIN_PROMPTS:.1f} times as often as yours: the simulated "
                         f"ratios are for a smaller, more revisited pool")
     for row in gate:
         row["visits_per_prompt"] = budget / (row["G"] * pool)
@@ -421,7 +423,7 @@ def render(a: Advice) -> str:
                      f" {r['mixed_per_1000']:>12.0f} [{r['mixed_per_1000_low']:.0f}, {r['mixed_per_1000_high']:.0f}]"
                      f" {r['visits_per_prompt']:>11.2f}")
     lines.append(f"(visits per prompt at the budget of {a.budget:,} rollouts over {a.pool:,} prompts)")
-    if a.sim and not a.sim.get("unreached"):
+    if a.predicted:
         s = a.sim
         lines += ["", f"PREDICTED in a simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit "
                       f"each): rollouts to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at "
@@ -437,7 +439,7 @@ def render(a: Advice) -> str:
                      f"Holm-adjusted across the arms: the verdict counts a difference only where both exclude noise")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
-    if a.sim and not a.sim.get("unreached"):
+    if a.predicted:
         lines.append(f"caveat: {CAVEAT}")
     lines.append(f"({a.seconds:.1f} s)")
     return "\n".join(lines)
@@ -490,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=None, help="your rollout budget (default 12,800)")
     ap.add_argument("--pool-size", type=int, default=None,
                     help="prompts in your training pool (default: those audited); the simulated world holds at most "
-                         f"{_sim_train_prompts()} training prompts")
+                         f"{SIM_TRAIN_PROMPTS} training prompts")
     ap.add_argument("--rho", type=float, default=1.0, help="cost of training on one rollout over generating it")
     ap.add_argument("--training", default="dense", help="dense: the trainer trains every rollout of a kept group "
                                                         "(verl, TRL); sparse: only rollouts with a non-zero advantage")
@@ -504,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts); writes "
                          "advice_gate.json and advice_gate.png, leaving a full run's advice.json as it is")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
-    ap.add_argument("--out", default=None, help="folder for advice.json and advice.png (default: the audit folder)")
+    ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder)")
     args = ap.parse_args(argv)
     out = Path(args.out or args.audit)
     if args.out:  # before the simulation, so that its result has somewhere to go

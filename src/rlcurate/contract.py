@@ -41,6 +41,18 @@ import numpy as np
 WORLD = {"n_prompts": 160, "pass_rate_beta": (0.5, 0.5), "seed": 0}
 STEPS = 12
 TRAINER = {"prompts_per_step": 8, "group_size": 4}
+BLOCK_TORCH = textwrap.dedent("""
+    import sys
+
+    class NoTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked: this process runs without torch)")
+            return None
+
+    sys.meta_path.insert(0, NoTorch())
+""")
+"""The start of a Python program in which ``import torch`` fails (the *numpy alone* check)."""
 
 
 def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, numpy_alone: bool = True,
@@ -182,20 +194,7 @@ def _numpy_alone(name: str, cls) -> None:
     here = os.path.dirname(rlcurate.curation.__file__)
     if path and not os.path.samefile(os.path.dirname(path), here):  # outside the package's folder: name its file
         env[PLUGINS_ENV] = os.pathsep.join(filter(None, [env.get(PLUGINS_ENV), path]))
-    code = textwrap.dedent(f"""
-        import sys
-
-        class NoTorch:
-            def find_spec(self, name, path=None, target=None):
-                if name == "torch" or name.startswith("torch."):
-                    raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the contract check)")
-                return None
-
-        sys.meta_path.insert(0, NoTorch())
-        from rlcurate.curation import build_curator
-
-        build_curator({name!r})
-    """)
+    code = BLOCK_TORCH + f"from rlcurate.curation import build_curator\n\nbuild_curator({name!r})\n"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     last = (res.stderr.strip().splitlines() or [""])[-1]
     _require(res.returncode == 0,

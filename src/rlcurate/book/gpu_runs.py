@@ -9,7 +9,7 @@ so that the minutes it prints cannot drift from what the chapters run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlcurate.book.profiles import by_profile
@@ -29,7 +29,7 @@ class GpuRuns:
     arms: dict[str, tuple[str, ...]]
     steps: tuple[int, int, int] | None = None
     eval_at_end: bool = False
-    overrides: tuple[str, ...] = field(default=())
+    overrides: tuple[str, ...] = ()
 
     def steps_for(self, profile: str) -> int | None:
         if self.steps is None:
@@ -63,6 +63,11 @@ def chapter_gpu_configs(chapter: str, profile: str, work: str | Path = "runs") -
 
     runs = CHAPTER_GPU_RUNS[chapter]
     steps = runs.steps_for(profile)
+    suite = None
+    if "/suites/" in runs.source:
+        from rlcurate.experiments import load_suite, run_config
+
+        suite = load_suite(REPO / runs.source)
     out = {}
     for arm, arm_overrides in runs.arms.items():
         over = [*arm_overrides, *runs.overrides, f"out_dir={Path(work) / 'gpu' / arm}", "resume=false"]
@@ -70,10 +75,7 @@ def chapter_gpu_configs(chapter: str, profile: str, work: str | Path = "runs") -
             over.append(f"steps={steps}")
             if runs.eval_at_end:
                 over.append(f"eval_every={steps}")
-        if "/suites/" in runs.source:
-            from rlcurate.experiments import load_suite, run_config
-
-            suite = load_suite(REPO / runs.source)
+        if suite is not None:
             base = run_config(suite, arm, suite["seeds"][0], Path(work) / "gpu").to_dict()
             out[arm] = TrainConfig.from_dict(apply_overrides(base, over), source=f"{runs.source}: run {arm!r}")
         else:
