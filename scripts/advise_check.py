@@ -8,11 +8,14 @@ starting policy and its predicted ratio (with its interval) is put beside the me
   (same worlds, seeds paired); budget_x2 and the group conditions share the main pool's audit;
 * the tiny model (data/runs/curation_pays, curation_pays_group, curation_pays_hard): the committed audits
   data/audits/spread_train48 and spread_hard_train48 (the training pools, 8 runs each);
+  the oracles' ratios are predicted with the information those runs gave them (an uncharged audit of the
+  pool, 8 runs a prompt, every 10 steps of 128 rollouts: ``oracle_every=1280``), the exact oracle's beside,
+  and at 16 seeds what that information costs them (exact, sampled every step, sampled every 10 steps);
 * SmolLM2 (data/runs/smollm2_protocol): the audit of the training split on the comparison's six levels
   (data/audits/smollm2_arith_chat_train); its target, the start plus 0.15 of the gap, is chosen here, after
   the runs (the suite declared accuracy at the budget).
 
-    python scripts/advise_check.py            # about 5 minutes on one core; writes data/advise/
+    python scripts/advise_check.py            # about 4 minutes on one core; writes data/advise/
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "advise"
 ARMS = ("oracle_select", "oracle_alloc", "dapo", "greso")
+ORACLES = ("oracle_select", "oracle_alloc")
+TINY_ORACLE_EVERY = 1280
+"""The tiny model's oracles re-audit the pool every 10 steps of 128 rollouts (configs/suites/curation_pays*.yaml)."""
+INFORMATION_SEEDS = 16
 
 
 def ratio_dict(r):
@@ -98,6 +105,15 @@ def level_of(uid: str) -> str:
     return f"{op}{len(a)}" + (f"x{len(b)}" if len(b) != len(a) else "")
 
 
+def tiny_row(setting, audit, arm, pred, as_run, measured):
+    """A tiny-model row: an oracle's prediction with the information its runs had (``as_run``), the exact
+    oracle's beside it; every other arm's from the plain prediction."""
+    if arm in ORACLES:
+        return {"setting": setting, "audit": audit, "arm": arm, "predicted": as_run[arm],
+                "oracle_every": TINY_ORACLE_EVERY, "predicted_exact": pred[arm], "measured": measured}
+    return {"setting": setting, "audit": audit, "arm": arm, "predicted": pred[arm], "measured": measured}
+
+
 def main() -> int:
     from rlcurate.advise import advise, advise_counts
 
@@ -105,8 +121,8 @@ def main() -> int:
     t0 = time.perf_counter()
     rows, predictions = [], {}
 
-    def predict(name, k, n, pool, close_gap, group_size=8):
-        a = advise_counts(k, n, name, group_size=group_size, pool=pool, close_gap=close_gap)
+    def predict(name, k, n, pool, close_gap, group_size=8, oracle_every=None):
+        a = advise_counts(k, n, name, group_size=group_size, pool=pool, close_gap=close_gap, oracle_every=oracle_every)
         predictions[name] = a.to_dict()
         print(f"{name}: {a.seconds:.1f} s", file=sys.stderr, flush=True)
         return a.sim["ratios"]["rollouts"]
@@ -132,15 +148,15 @@ def main() -> int:
     tiny_group, _ = measured_suite("curation_pays_group.yaml", ["uniform_g4", "uniform_g2", "uniform_g16"])
     k, n = audit_counts(ROOT / "data" / "audits" / "spread_train48")
     pred = predict("tiny/main", k, n, int(k.size), gap_main)
+    as_run = predict("tiny/main/oracles_as_run", k, n, int(k.size), gap_main, oracle_every=TINY_ORACLE_EVERY)
     for arm, m in {**tiny_main, **tiny_group}.items():
-        rows.append({"setting": "tiny model, main pool", "audit": "spread_train48", "arm": arm,
-                     "predicted": pred[arm], "measured": m})
+        rows.append(tiny_row("tiny model, main pool", "spread_train48", arm, pred, as_run, m))
     tiny_hard, gap_hard = measured_suite("curation_pays_hard.yaml", ARMS)
     k, n = audit_counts(ROOT / "data" / "audits" / "spread_hard_train48")
     pred = predict("tiny/hard", k, n, int(k.size), gap_hard)
+    as_run = predict("tiny/hard/oracles_as_run", k, n, int(k.size), gap_hard, oracle_every=TINY_ORACLE_EVERY)
     for arm, m in tiny_hard.items():
-        rows.append({"setting": "tiny model, hard pool", "audit": "spread_hard_train48", "arm": arm,
-                     "predicted": pred[arm], "measured": m})
+        rows.append(tiny_row("tiny model, hard pool", "spread_hard_train48", arm, pred, as_run, m))
     smol, gap_smol = measured_suite("smollm2_protocol.yaml", ["dapo"], close_gap=0.15)
     levels = ["add1", "add2", "sub1", "sub2", "mul1", "mul2x1"]
     k, n = audit_counts(ROOT / "data" / "audits" / "smollm2_arith_chat_train", levels)
@@ -153,6 +169,19 @@ def main() -> int:
         p, m = r["predicted"], r["measured"]
         r["inside"] = bool(p["low"] <= m["ratio"] <= p["high"])
         r["intervals_overlap"] = bool(p["low"] <= m["high"] and m["low"] <= p["high"])
+        if "predicted_exact" in r:
+            e = r["predicted_exact"]
+            r["inside_exact"] = bool(e["low"] <= m["ratio"] <= e["high"])
+    # what the oracles' information costs them, at 16 seeds: exact every step, 8 sampled runs every step,
+    # 8 sampled runs every 10 steps (as the tiny model's oracles ran)
+    information = {}
+    for pool, audit, gap in (("main", "spread_train48", gap_main), ("hard", "spread_hard_train48", gap_hard)):
+        k, n = audit_counts(ROOT / "data" / "audits" / audit)
+        information[pool] = {}
+        for label, every in (("exact", None), ("sampled every step", 128), ("sampled every 10 steps", TINY_ORACLE_EVERY)):
+            a = advise_counts(k, n, audit, pool=int(k.size), close_gap=gap, seeds=INFORMATION_SEEDS, oracle_every=every)
+            information[pool][label] = {arm: a.sim["ratios"]["rollouts"][arm] for arm in ORACLES}
+            print(f"information/{pool}/{label}: {a.seconds:.1f} s", file=sys.stderr, flush=True)
     # advise's output on the committed audits, as a user runs it
     audits = {}
     for name in ("spread_train48", "smollm2_arith_chat", "smollm2_gsm8k"):
@@ -162,7 +191,8 @@ def main() -> int:
     from rlcurate.provenance import provenance
 
     (OUT / "check.json").write_text(json.dumps(
-        {"rows": rows, "predictions": predictions, "audits": audits, "seconds": time.perf_counter() - t0,
+        {"rows": rows, "predictions": predictions, "oracle_information": information,
+         "oracle_information_seeds": INFORMATION_SEEDS, "audits": audits, "seconds": time.perf_counter() - t0,
          "environment": provenance("cpu"), "command": "python scripts/advise_check.py"}, indent=1) + "\n")
     inside = sum(r["inside"] for r in rows)
     print(f"{inside} of {len(rows)} measured ratios inside the predicted interval; written to {OUT / 'check.json'}")

@@ -90,11 +90,20 @@ def test_advise_reads_an_audit_and_reports_the_gate_measured_then_fitted(tmp_pat
     assert "groups would carry no signal" in out["verdict"]
 
 
-def test_the_simulated_ceiling_is_below_uniform_on_a_pool_with_piles():
-    # the conditions map's main pool, Beta(0.5, 0.5): choosing the mixed prompts pays (chapter 11: 0.45)
+PILES = dict(group_size=8, seeds=2, boots=20, pool=1000)
+
+
+@pytest.fixture(scope="module")
+def piles():
+    """The conditions map's main pool, Beta(0.5, 0.5), audited 8 times a prompt, and advise's exact-oracle answer."""
     rng = np.random.default_rng(4)
     k = rng.binomial(8, rng.beta(0.5, 0.5, 420))
-    a = advise_counts(k, np.full(k.size, 8), group_size=8, seeds=2, boots=20, pool=1000)
+    return k, advise_counts(k, np.full(k.size, 8), **PILES)
+
+
+def test_the_simulated_ceiling_is_below_uniform_on_a_pool_with_piles(piles):
+    # choosing the mixed prompts pays (chapter 11: 0.45)
+    a = piles[1]
     assert "a pool of 1,000 prompts is simulated by 420 training prompts, each revisited about 2.4 times" in a.warnings[0]
     ro = a.sim["ratios"]["rollouts"]
     assert set(ro) == {"oracle_select", "oracle_alloc", "dapo", "greso", "uniform_g2", "uniform_g4", "uniform_g16", "uniform_g32"}
@@ -109,6 +118,21 @@ def test_the_simulated_ceiling_is_below_uniform_on_a_pool_with_piles():
     text = render(a)
     assert "PREDICTED in a simulated world" in text and "\ncaveat: predictions of a simulated world" in text
     assert a.to_dict()["caveat"].startswith("predictions of a simulated world")
+
+
+def test_oracles_fed_by_a_periodic_audit_pay_for_stale_pass_rates(piles):
+    """--oracle-every: the oracles read pass rates sampled by an uncharged audit every so many rollouts (as on a
+    language model, chapter 11) instead of exact ones every step; on the pool with piles the stale selection
+    needs more rollouts than the exact one, and the verdict says which it read."""
+    k, exact = piles
+    stale = advise_counts(k, np.full(k.size, 8), oracle_every=1300, **PILES)  # rounded to 10 steps of 128
+    assert exact.sim["oracle"] == {} and stale.sim["oracle"] == {"refresh": 10, "runs": 8, "exact": False}
+    ro_exact, ro_stale = exact.sim["ratios"]["rollouts"], stale.sim["ratios"]["rollouts"]
+    assert ro_stale["oracle_select"]["ratio"] > ro_exact["oracle_select"]["ratio"] + 0.15
+    assert ro_stale["dapo"] == ro_exact["dapo"]  # the other arms are not touched
+    assert stale.verdict.startswith("with pass rates audited every 1,280 rollouts (8 runs a prompt, uncharged) ")
+    assert exact.verdict.startswith("with exact pass rates ")
+    assert "the oracles read pass rates audited every 1,280 rollouts" in render(stale)
 
 
 def test_the_ceiling_within_the_noise_is_said_so_whatever_its_interval():
@@ -174,6 +198,9 @@ def test_bad_audits_are_refused_in_one_line(tmp_path, capsys, case):
 
 @pytest.mark.parametrize("option,needle", [(["--group-size", "6"], "--group-size"), (["--rho", "-1"], "--rho"),
                                            (["--seeds", "1"], "--seeds"), (["--close-gap", "1.5"], "--close-gap"),
-                                           (["--training", "full"], "--training"), (["--budget", "0"], "--budget")])
+                                           (["--training", "full"], "--training"), (["--budget", "0"], "--budget"),
+                                           (["--oracle-every", "0"], "--oracle-every"),
+                                           (["--oracle-every", "1280", "--oracle-runs", "0"], "--oracle-runs"),
+                                           (["--oracle-runs", "4"], "only with --oracle-every")])
 def test_bad_options_are_refused_before_the_audit_is_read(tmp_path, capsys, option, needle):
     _one_line_error(capsys, ["advise", str(tmp_path / "not-read"), *option], needle)

@@ -12,7 +12,8 @@ An audit (``rlcurate audit``, any backend) gives each prompt's successes in N ru
    world, :mod:`rlcurate.conditions`) with its pool's pass rates drawn from this fit (one bootstrap fit
    per seed, so the fit's uncertainty enters the intervals). Uniform GRPO at your G, oracle selection and
    oracle allocation from the exact pass rates (what one good rule does with perfect information, chapter 11's
-   "ceiling": a benchmark, not a bound), DAPO's
+   "ceiling": a benchmark, not a bound; or, with ``oracle_every``, from pass rates sampled by an uncharged
+   audit of the pool every so many rollouts, as the oracles run on a language model), DAPO's
    dynamic sampling, GRESO's pre-rollout filter, and uniform GRPO at the other group sizes at equal
    rollouts per step, each at the learning rate of least rollouts-to-target on a validation world.
    Endpoint: rollouts (and cost, rollouts + rho * rollouts trained) until the held-out pass rate closes
@@ -20,8 +21,10 @@ An audit (``rlcurate audit``, any backend) gives each prompt's successes in N ru
 
 What the simulation cannot know is how *your* model learns: it predicts from the pool's shape at the start.
 Chapter 11 puts its predictions beside measured runs (the conditions map, the tiny model, SmolLM2) and
-says where they part: on language models it was optimistic about selection and small groups, and its world
-learns every prompt through shared skills, where a model may never solve some. The output says so
+says where they part: on language models it was optimistic about small groups and, with exact pass rates,
+about selection (with the stale, sampled ones the tiny model's oracles read, ``oracle_every``, it predicted
+selection on both pools), and its world learns every prompt through shared skills, where a model may never
+solve some. The output says so
 (:data:`CAVEAT`, and a warning where many audited prompts were never solved).
 """
 
@@ -68,6 +71,8 @@ CAVEAT = ("predictions of a simulated world built from the pool's starting shape
 STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
                  "dapo": {"strategy": "dapo"}, "greso": {"strategy": "greso"}}
 CEILING_ARMS = ("oracle_select", "oracle_alloc")
+ORACLE_RUNS = 8
+"""Runs per prompt of the oracles' audit when ``oracle_every`` is given (chapter 11's language-model oracles)."""
 
 
 @dataclass
@@ -202,9 +207,27 @@ def gate_table(k, n, fit: BetaMixture, boots, sizes: Sequence[int] = GROUP_SIZES
 
 
 # ---------------------------------------------------------------------------------------------- simulation
-def _sim_suite(group_size: int) -> dict[str, Any]:
+def _oracle_kwargs(oracle_every: int | None, oracle_runs: int) -> dict[str, Any]:
+    """The oracles' options in the simulated world: exact pass rates every step, or an uncharged audit of
+    ``oracle_runs`` sampled rollouts per prompt every ``oracle_every`` rollouts (in whole steps of 128)."""
+    if oracle_every is None:
+        return {}
+    return {"refresh": max(1, round(oracle_every / SIM_TRAIN["rollouts_per_step"])), "runs": oracle_runs, "exact": False}
+
+
+def _oracle_phrase(sim: dict[str, Any]) -> str:
+    kw = sim.get("oracle") or {}
+    if not kw:
+        return "exact pass rates"
+    every = kw["refresh"] * SIM_TRAIN["rollouts_per_step"]
+    return f"pass rates audited every {every:,} rollouts ({kw['runs']} runs a prompt, uncharged)"
+
+
+def _sim_suite(group_size: int, oracle: dict[str, Any] | None = None) -> dict[str, Any]:
     arms = {"uniform": {"group_size": group_size}}
     arms.update({a: {**spec, "group_size": group_size} for a, spec in STRATEGY_ARMS.items()})
+    for a in CEILING_ARMS:
+        arms[a]["strategy_kwargs"] = dict(oracle or {})
     arms.update({f"uniform_g{g}": {"group_size": g} for g in SIM_GROUP_SIZES if g != group_size})
     return {"name": "advise", "_path": "rlcurate advise", "arms": arms}
 
@@ -223,20 +246,24 @@ def _to_target(c: dict[str, np.ndarray], target: float, rho: float, training: st
 
 def simulate(fit: BetaMixture, boots: Sequence[BetaMixture], group_size: int = 8, rho: float = 1.0,
              training: str = "dense", seeds: int = 4, lrs: Sequence[float] = SIM_LRS, pool: int | None = None,
-             close_gap: float = SIM_CLOSE_GAP) -> dict[str, Any]:
+             close_gap: float = SIM_CLOSE_GAP, oracle_every: int | None = None,
+             oracle_runs: int = ORACLE_RUNS) -> dict[str, Any]:
     """The arms of :func:`_sim_suite` in the simulated world whose pool follows ``fit`` (seed s draws its
     600 pass rates from ``boots[s]``), each at its learning rate of least rollouts-to-target on one
     validation world drawn from ``fit``. The world holds :func:`sim_prompts` (``pool``) prompts, so that its
     training split is the pool's size up to 420 (a larger pool is simulated by 420 prompts). Per arm the paired ratio to uniform GRPO at ``group_size`` in
     rollouts and in cost (rollouts + ``rho`` x the rollouts trained: every rollout of a kept group when
-    ``training`` is ``"dense"``, only those of mixed groups when ``"sparse"``)."""
+    ``training`` is ``"dense"``, only those of mixed groups when ``"sparse"``). The oracles read exact pass
+    rates every step, or with ``oracle_every`` an uncharged audit of ``oracle_runs`` rollouts per prompt every
+    ``oracle_every`` rollouts (:func:`_oracle_kwargs`)."""
     import logging
 
     quiet = logging.getLogger("rlcurate.curation")  # DAPO's "found 0 mixed groups" once a world is solved
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        return _simulate(fit, boots, group_size, rho, training, seeds, lrs, sim_prompts(pool), close_gap)
+        return _simulate(fit, boots, group_size, rho, training, seeds, lrs, sim_prompts(pool), close_gap,
+                         _oracle_kwargs(oracle_every, oracle_runs))
     finally:
         quiet.setLevel(level)
 
@@ -249,11 +276,11 @@ def sim_prompts(pool: int | None) -> int:
     return int(min(SIM_WORLD["n_prompts"], max(40, math.ceil(pool / SIM_TRAIN_SHARE))))
 
 
-def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap) -> dict[str, Any]:
+def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap, oracle) -> dict[str, Any]:
     from rlcurate.comparison import ratio_table
     from rlcurate.conditions import run_costs
 
-    suite = _sim_suite(group_size)
+    suite = _sim_suite(group_size, oracle)
     val_rates = fit.sample(n_prompts, np.random.default_rng(1000))
     lr = {}
     for arm, spec in sorted(suite["arms"].items(), key=lambda kv: kv[0] != "uniform"):  # uniform first
@@ -278,7 +305,7 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
     tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
               "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}
     return {"arms": {a: s for a, s in suite["arms"].items()}, "lr": lr, "seeds": seeds, "close_gap": close_gap,
-            "world_prompts": n_prompts,
+            "world_prompts": n_prompts, "oracle": oracle,
             "budget_cap": SIM_BUDGET, "currency": f"rollouts + {rho:g} x rollouts trained ({training})",
             "uniform_rollouts": {str(s): v for s, v in rollouts["uniform"].items()},
             "ratios": {cur: {a: {"ratio": r.ratio, "low": r.low, "high": r.high, "p_holm": r.p_holm}
@@ -321,13 +348,15 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     best = min(CEILING_ARMS, key=lambda a: ro[a]["ratio"])
     ceiling = ro[best]
     shown = f"{best.replace('_', ' ')}: {_interval(ceiling)} of uniform's, Holm p {_p(_holm(ceiling))}"
+    info = _oracle_phrase(sim)
+    ceiling_name = "the ceiling with that audit" if sim.get("oracle") else "chapter 11's ceiling"
     if _beyond_noise(ceiling) == -1:
-        parts = [f"with exact pass rates curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
-                 f"here ({shown}; chapter 11's ceiling: a benchmark, not a bound)"]
+        parts = [f"with {info} curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
+                 f"here ({shown}; {ceiling_name}: a benchmark, not a bound)"]
         if ceiling["high"] >= 0.9:
             parts[0] += ", little room"
     else:
-        parts = [f"with exact pass rates the saving is within the noise of {sim['seeds']} seeds here ({shown}; more "
+        parts = [f"with {info} the saving is within the noise of {sim['seeds']} seeds here ({shown}; more "
                  f"--seeds narrow it)"]
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
         r = co[arm]
@@ -346,26 +375,28 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
 
 def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float = 1.0, training: str = "dense",
            pool: int | None = None, seeds: int = 4, boots: int = 100, sim: bool = True,
-           close_gap: float = SIM_CLOSE_GAP, seed: int = 0) -> Advice:
+           close_gap: float = SIM_CLOSE_GAP, seed: int = 0, oracle_every: int | None = None,
+           oracle_runs: int = ORACLE_RUNS) -> Advice:
     """Read an audit folder and say what curation could buy on its pool (module docstring; chapter 11).
     Every option is checked before the audit is read."""
-    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap)
+    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs)
     k, n, warnings = read_counts(audit_dir)
     if pool is None and _audited_limit(Path(audit_dir)) is not None:
         warnings.append(f"the audit covers {k.size} prompts of its split (--limit): the simulation takes your training "
                         f"pool to be those {k.size}; give --pool-size, since the ratios depend on how often each "
                         f"prompt is revisited (chapter 11)")
     return advise_counts(k, n, str(audit_dir), group_size, budget, rho, training, pool, seeds, boots, sim,
-                         close_gap, seed, warnings)
+                         close_gap, seed, warnings, oracle_every, oracle_runs)
 
 
 def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
                   rho: float = 1.0, training: str = "dense", pool: int | None = None, seeds: int = 4,
                   boots: int = 100, sim: bool = True, close_gap: float = SIM_CLOSE_GAP, seed: int = 0,
-                  warnings: Sequence[str] = ()) -> Advice:
+                  warnings: Sequence[str] = (), oracle_every: int | None = None,
+                  oracle_runs: int = ORACLE_RUNS) -> Advice:
     """:func:`advise` from per-prompt successes and runs (an audit of a simulated world, for instance)."""
     t0 = time.perf_counter()
-    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap)
+    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs)
     k, n = np.asarray(successes, dtype=int), np.asarray(trials, dtype=int)
     fit = fit_beta_mixture(k, n)
     rng = np.random.default_rng(seed)
@@ -384,19 +415,21 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
     for row in gate:
         row["visits_per_prompt"] = budget / (row["G"] * pool)
         row["mixed_groups_in_budget"] = budget / row["G"] * (1 - row["zero_variance"])
-    result = (simulate(fit, [f for _, f in boot], group_size, rho, training, seeds, pool=pool, close_gap=close_gap)
-              if sim else None)
+    result = (simulate(fit, [f for _, f in boot], group_size, rho, training, seeds, pool=pool, close_gap=close_gap,
+                       oracle_every=oracle_every, oracle_runs=oracle_runs) if sim else None)
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
                   sim=result, verdict=_verdict(result, gate, group_size), warnings=warnings,
                   seconds=time.perf_counter() - t0, shares=k / n)
 
 
-def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap) -> None:
+def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every=None,
+                   oracle_runs=ORACLE_RUNS) -> None:
     if group_size not in SIM_GROUP_SIZES:
         raise UserError(f"--group-size: {group_size!r} is not one of {', '.join(map(str, SIM_GROUP_SIZES))} "
                         f"(the simulation's 128 rollouts per step split into whole groups)")
-    for name, v, lo in (("--budget", budget, 1), ("--pool-size", pool, 1), ("--seeds", seeds, 2), ("--boots", boots, 20)):
+    for name, v, lo in (("--budget", budget, 1), ("--pool-size", pool, 1), ("--seeds", seeds, 2), ("--boots", boots, 20),
+                        ("--oracle-every", oracle_every, 1), ("--oracle-runs", oracle_runs, 1)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
             raise UserError(f"{name}: must be a whole number >= {lo}, got {v!r}")
     if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho < 0:
@@ -427,7 +460,7 @@ def render(a: Advice) -> str:
         s = a.sim
         lines += ["", f"PREDICTED in a simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit "
                       f"each): rollouts to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at "
-                      f"G = {a.group_size}",
+                      f"G = {a.group_size}; the oracles read {_oracle_phrase(s)}",
                   f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'Holm p':>8}{'cost':>22}{'Holm p':>8}"]
         for arm in s["ratios"]["rollouts"]:
             ro, co = s["ratios"]["rollouts"][arm], s["ratios"]["cost"][arm]
@@ -502,12 +535,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--close-gap", type=float, default=SIM_CLOSE_GAP,
                     help="the simulation's target: the start's held-out pass rate plus this share of its gap to 1")
     ap.add_argument("--boots", type=int, default=100, help="bootstrap refits of the distribution")
+    ap.add_argument("--oracle-every", type=int, default=None, metavar="ROLLOUTS",
+                    help="the oracles read pass rates sampled by an uncharged audit of the pool every ROLLOUTS "
+                         "rollouts (in whole steps of 128) instead of exact ones every step: the ceiling an oracle "
+                         "run on a language model can reach (chapter 11: 1,280)")
+    ap.add_argument("--oracle-runs", type=int, default=None,
+                    help=f"runs per prompt of that audit (with --oracle-every; default {ORACLE_RUNS})")
     ap.add_argument("--no-sim", action="store_true",
                     help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts); writes "
                          "advice_gate.json and advice_gate.png, leaving a full run's advice.json as it is")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder)")
     args = ap.parse_args(argv)
+    if args.oracle_runs is not None and args.oracle_every is None:
+        raise UserError("--oracle-runs: only with --oracle-every (without it the oracles read exact pass rates)")
     out = Path(args.out or args.audit)
     if args.out:  # before the simulation, so that its result has somewhere to go
         from rlcurate.train.preflight import check_out_dir
@@ -517,7 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UserError as exc:
             raise UserError(f"--out: {exc}") from None
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
-               args.boots, not args.no_sim, args.close_gap)
+               args.boots, not args.no_sim, args.close_gap, oracle_every=args.oracle_every,
+               oracle_runs=ORACLE_RUNS if args.oracle_runs is None else args.oracle_runs)
     out.mkdir(parents=True, exist_ok=True)
     stem = "advice_gate" if args.no_sim else "advice"
     (out / f"{stem}.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
