@@ -10,12 +10,13 @@ starting policy and its predicted ratio (with its interval) is put beside the me
   data/audits/spread_train48 and spread_hard_train48 (the training pools, 8 runs each);
   the oracles' ratios are predicted with the information those runs gave them (an uncharged audit of the
   pool, 8 runs a prompt, every 10 steps of 128 rollouts: ``oracle_every=1280``), the exact oracle's beside,
-  and at 16 seeds what that information costs them (exact, sampled every step, sampled every 10 steps);
+  and at 16 seeds what that information costs them (exact, sampled every step, sampled every 10 steps) and
+  how every arm moves when the hardest 10 % or 20 % of the pool is out of reach;
 * SmolLM2 (data/runs/smollm2_protocol): the audit of the training split on the comparison's six levels
   (data/audits/smollm2_arith_chat_train); its target, the start plus 0.15 of the gap, is chosen here, after
   the runs (the suite declared accuracy at the budget).
 
-    python scripts/advise_check.py            # about 4 minutes on one core; writes data/advise/
+    python scripts/advise_check.py            # about 6 minutes on one core; writes data/advise/
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ORACLES = ("oracle_select", "oracle_alloc")
 TINY_ORACLE_EVERY = 1280
 """The tiny model's oracles re-audit the pool every 10 steps of 128 rollouts (configs/suites/curation_pays*.yaml)."""
 INFORMATION_SEEDS = 16
+FLOORS = (0.0, 0.1, 0.2)
 
 
 def ratio_dict(r):
@@ -182,6 +184,17 @@ def main() -> int:
             a = advise_counts(k, n, audit, pool=int(k.size), close_gap=gap, seeds=INFORMATION_SEEDS, oracle_every=every)
             information[pool][label] = {arm: a.sim["ratios"]["rollouts"][arm] for arm in ORACLES}
             print(f"information/{pool}/{label}: {a.seconds:.1f} s", file=sys.stderr, flush=True)
+    # a floor the starting audit cannot show: the hardest 10 % or 20 % of the pool never learnt (--out-of-reach),
+    # every arm at 16 seeds, the oracles as the runs had them
+    floors = {}
+    for pool, audit, gap in (("main", "spread_train48", gap_main), ("hard", "spread_hard_train48", gap_hard)):
+        k, n = audit_counts(ROOT / "data" / "audits" / audit)
+        floors[pool] = {}
+        for share in FLOORS:
+            a = advise_counts(k, n, audit, pool=int(k.size), close_gap=gap, seeds=INFORMATION_SEEDS,
+                              oracle_every=TINY_ORACLE_EVERY, out_of_reach=share)
+            floors[pool][str(share)] = a.sim["ratios"]["rollouts"] if a.predicted else None
+            print(f"floor/{pool}/{share}: {a.seconds:.1f} s", file=sys.stderr, flush=True)
     # advise's output on the committed audits, as a user runs it
     audits = {}
     for name in ("spread_train48", "smollm2_arith_chat", "smollm2_gsm8k"):
@@ -192,7 +205,8 @@ def main() -> int:
 
     (OUT / "check.json").write_text(json.dumps(
         {"rows": rows, "predictions": predictions, "oracle_information": information,
-         "oracle_information_seeds": INFORMATION_SEEDS, "audits": audits, "seconds": time.perf_counter() - t0,
+         "oracle_information_seeds": INFORMATION_SEEDS,
+         "out_of_reach": floors, "audits": audits, "seconds": time.perf_counter() - t0,
          "environment": provenance("cpu"), "command": "python scripts/advise_check.py"}, indent=1) + "\n")
     inside = sum(r["inside"] for r in rows)
     print(f"{inside} of {len(rows)} measured ratios inside the predicted interval; written to {OUT / 'check.json'}")

@@ -135,6 +135,19 @@ def test_oracles_fed_by_a_periodic_audit_pay_for_stale_pass_rates(piles):
     assert "the oracles read pass rates audited every 1,280 rollouts" in render(stale)
 
 
+def test_a_floor_out_of_reach_is_simulated_and_said(piles):
+    """--out-of-reach: the hardest share of the simulated pool never moves; the run records and prints it, and
+    the other arms change (the world is another one)."""
+    k, exact = piles
+    floor = advise_counts(k, np.full(k.size, 8), out_of_reach=0.1, **PILES)
+    assert floor.sim["out_of_reach"] == 0.1 and exact.sim["out_of_reach"] == 0.0
+    assert floor.sim["ratios"]["rollouts"]["uniform_g2"] != exact.sim["ratios"]["rollouts"]["uniform_g2"]
+    assert "; 10% of the pool out of reach" in render(floor) and "out of reach" not in render(exact)
+    # a fifth out of reach caps this pool (half its prompts start above 0.5) below the default target
+    capped = advise_counts(k, np.full(k.size, 8), out_of_reach=0.2, **PILES)
+    assert capped.sim["unreached"] and "with 20% of it out of reach (its pass rate cannot rise above about 0.80)" in capped.verdict
+
+
 def test_the_ceiling_within_the_noise_is_said_so_whatever_its_interval():
     """The helper's case: oracle selection 0.30 [0.15, 0.58] with Holm p 0.083 is not a saving the verdict may
     claim (its own rule: both the interval and the adjusted p exclude noise)."""
@@ -201,6 +214,7 @@ def test_bad_audits_are_refused_in_one_line(tmp_path, capsys, case):
                                            (["--training", "full"], "--training"), (["--budget", "0"], "--budget"),
                                            (["--oracle-every", "0"], "--oracle-every"),
                                            (["--oracle-every", "1280", "--oracle-runs", "0"], "--oracle-runs"),
-                                           (["--oracle-runs", "4"], "only with --oracle-every")])
+                                           (["--oracle-runs", "4"], "only with --oracle-every"),
+                                           (["--out-of-reach", "1"], "--out-of-reach")])
 def test_bad_options_are_refused_before_the_audit_is_read(tmp_path, capsys, option, needle):
     _one_line_error(capsys, ["advise", str(tmp_path / "not-read"), *option], needle)

@@ -85,6 +85,24 @@ def test_hints_raise_pass_rates(world):
     assert np.all(p2 > p0)
 
 
+def test_prompts_out_of_reach_are_the_hardest_and_never_move():
+    """``out_of_reach``: the share of lowest starting pass rate stays where it starts whatever theta (a floor the
+    policy never learns, chapter 11); the others learn as before, and 0 draws the very same world."""
+    p0 = np.linspace(0.01, 0.99, 20)[::-1]
+    plain = SoftmaxWorld.make(n_prompts=20, pass_rates=p0, n_skills=2, seed=4)
+    floor = SoftmaxWorld.make(n_prompts=20, pass_rates=p0, n_skills=2, out_of_reach=0.25, seed=4)
+    assert np.array_equal(SoftmaxWorld.make(n_prompts=20, pass_rates=p0, n_skills=2, out_of_reach=0.0, seed=4).features,
+                          plain.features)
+    theta = np.random.default_rng(0).normal(size=plain.dim) * 3
+    moved = ~np.isclose(floor.pass_rates(theta), p0)
+    assert np.array_equal(np.flatnonzero(~moved), np.sort(np.argsort(p0)[:5]))  # the 5 hardest, and only they, stay
+    assert np.allclose(floor.pass_rates(theta)[moved], plain.pass_rates(theta)[moved])
+    assert np.allclose(floor.grad_pass_rates(theta)[~moved], 0.0)
+    for bad in (1.0, -0.1, True, "0.2"):
+        with pytest.raises(ValueError, match="out_of_reach"):
+            SoftmaxWorld.make(n_prompts=4, out_of_reach=bad)
+
+
 def test_bad_input(world):
     with pytest.raises(ValueError, match="theta"):
         world.pass_rates(np.zeros(world.dim + 1))

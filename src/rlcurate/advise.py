@@ -163,7 +163,8 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
     if never > NEVER_SOLVED_WARN * k.size:
         warnings.append(f"{never} of {k.size} prompts ({never / k.size:.0%}) were never solved in their runs: the "
                         f"simulated world learns every prompt through shared skills, while a model may never solve "
-                        f"some, so its predictions are likely optimistic here (chapter 11)")
+                        f"some, so its predictions are likely optimistic here (chapter 11); --out-of-reach SHARE "
+                        f"predicts with that share of the pool never learnt")
     return k, n, warnings
 
 
@@ -232,8 +233,9 @@ def _sim_suite(group_size: int, oracle: dict[str, Any] | None = None) -> dict[st
     return {"name": "advise", "_path": "rlcurate advise", "arms": arms}
 
 
-def _sim_setup(pass_rates: np.ndarray, group_size: int) -> dict[str, Any]:
-    return {"world": {**SIM_WORLD, "n_prompts": len(pass_rates), "pass_rates": pass_rates}, "budget": SIM_BUDGET,
+def _sim_setup(pass_rates: np.ndarray, group_size: int, out_of_reach: float = 0.0) -> dict[str, Any]:
+    world = {**SIM_WORLD, "n_prompts": len(pass_rates), "pass_rates": pass_rates, "out_of_reach": out_of_reach}
+    return {"world": world, "budget": SIM_BUDGET,
             "train": {**SIM_TRAIN, "group_size": group_size, "prompts_per_step": SIM_TRAIN["rollouts_per_step"] // group_size}}
 
 
@@ -247,7 +249,7 @@ def _to_target(c: dict[str, np.ndarray], target: float, rho: float, training: st
 def simulate(fit: BetaMixture, boots: Sequence[BetaMixture], group_size: int = 8, rho: float = 1.0,
              training: str = "dense", seeds: int = 4, lrs: Sequence[float] = SIM_LRS, pool: int | None = None,
              close_gap: float = SIM_CLOSE_GAP, oracle_every: int | None = None,
-             oracle_runs: int = ORACLE_RUNS) -> dict[str, Any]:
+             oracle_runs: int = ORACLE_RUNS, out_of_reach: float = 0.0) -> dict[str, Any]:
     """The arms of :func:`_sim_suite` in the simulated world whose pool follows ``fit`` (seed s draws its
     600 pass rates from ``boots[s]``), each at its learning rate of least rollouts-to-target on one
     validation world drawn from ``fit``. The world holds :func:`sim_prompts` (``pool``) prompts, so that its
@@ -255,7 +257,8 @@ def simulate(fit: BetaMixture, boots: Sequence[BetaMixture], group_size: int = 8
     rollouts and in cost (rollouts + ``rho`` x the rollouts trained: every rollout of a kept group when
     ``training`` is ``"dense"``, only those of mixed groups when ``"sparse"``). The oracles read exact pass
     rates every step, or with ``oracle_every`` an uncharged audit of ``oracle_runs`` rollouts per prompt every
-    ``oracle_every`` rollouts (:func:`_oracle_kwargs`)."""
+    ``oracle_every`` rollouts (:func:`_oracle_kwargs`). ``out_of_reach``: the share of the world's prompts, those
+    of lowest starting pass rate, that training never moves (:meth:`rlcurate.sim.world.SoftmaxWorld.make`)."""
     import logging
 
     quiet = logging.getLogger("rlcurate.curation")  # DAPO's "found 0 mixed groups" once a world is solved
@@ -263,7 +266,7 @@ def simulate(fit: BetaMixture, boots: Sequence[BetaMixture], group_size: int = 8
     quiet.setLevel(logging.ERROR)
     try:
         return _simulate(fit, boots, group_size, rho, training, seeds, lrs, sim_prompts(pool), close_gap,
-                         _oracle_kwargs(oracle_every, oracle_runs))
+                         _oracle_kwargs(oracle_every, oracle_runs), out_of_reach)
     finally:
         quiet.setLevel(level)
 
@@ -276,7 +279,8 @@ def sim_prompts(pool: int | None) -> int:
     return int(min(SIM_WORLD["n_prompts"], max(40, math.ceil(pool / SIM_TRAIN_SHARE))))
 
 
-def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap, oracle) -> dict[str, Any]:
+def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap, oracle,
+              out_of_reach) -> dict[str, Any]:
     from rlcurate.comparison import ratio_table
     from rlcurate.conditions import run_costs
 
@@ -284,28 +288,28 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
     val_rates = fit.sample(n_prompts, np.random.default_rng(1000))
     lr = {}
     for arm, spec in sorted(suite["arms"].items(), key=lambda kv: kv[0] != "uniform"):  # uniform first
-        setup = _sim_setup(val_rates, spec["group_size"])
+        setup = _sim_setup(val_rates, spec["group_size"], out_of_reach)
         scores = {}
         for r in lrs:
             c = run_costs(suite, setup, arm, 1000, float(r), "validation", close_gap=close_gap)
             scores[r] = _to_target(c, c["target"], rho, training)[0]
         lr[arm] = min(sorted(scores), key=lambda r: scores[r])  # ties go to the smaller rate
         if arm == "uniform" and not math.isfinite(scores[lr[arm]]):
-            return {"unreached": True, "close_gap": close_gap, "budget_cap": SIM_BUDGET, "world_prompts": n_prompts,
+            return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET, "world_prompts": n_prompts,
                     "lr": lr, "seeds": seeds}
     rollouts: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
     cost: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
     for s in range(seeds):
         rates = boots[s % len(boots)].sample(n_prompts, np.random.default_rng(s))
         for arm, spec in suite["arms"].items():
-            setup = _sim_setup(rates, spec["group_size"])
+            setup = _sim_setup(rates, spec["group_size"], out_of_reach)
             c = run_costs(suite, setup, arm, s, lr[arm], close_gap=close_gap)
             rollouts[arm][s], cost[arm][s] = _to_target(c, c["target"], rho, training)
     cap_cost = SIM_BUDGET * (1 + rho)
     tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
               "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}
     return {"arms": {a: s for a, s in suite["arms"].items()}, "lr": lr, "seeds": seeds, "close_gap": close_gap,
-            "world_prompts": n_prompts, "oracle": oracle,
+            "world_prompts": n_prompts, "oracle": oracle, "out_of_reach": out_of_reach,
             "budget_cap": SIM_BUDGET, "currency": f"rollouts + {rho:g} x rollouts trained ({training})",
             "uniform_rollouts": {str(s): v for s, v in rollouts["uniform"].items()},
             "ratios": {cur: {a: {"ratio": r.ratio, "low": r.low, "high": r.high, "p_holm": r.p_holm}
@@ -336,6 +340,12 @@ def _beyond_noise(r: dict[str, float], alpha: float = 0.05) -> int:
 
 def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
     if sim is not None and sim.get("unreached"):
+        if sim.get("out_of_reach"):
+            f = sim["out_of_reach"]
+            return (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of "
+                    f"the held-out gap within {sim['budget_cap']:,} rollouts at any learning rate from this pool with "
+                    f"{f:.0%} of it out of reach (its pass rate cannot rise above about {1 - f:.2f}): no ratio to "
+                    f"predict; ask for a smaller target with --close-gap")
         return (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of the "
                 f"held-out gap within {sim['budget_cap']:,} rollouts at any learning rate from this pool: no ratio to "
                 f"predict; the pool is too hard for group-sampled RL as it stands (easier prompts, a warm start, or "
@@ -376,27 +386,29 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
 def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float = 1.0, training: str = "dense",
            pool: int | None = None, seeds: int = 4, boots: int = 100, sim: bool = True,
            close_gap: float = SIM_CLOSE_GAP, seed: int = 0, oracle_every: int | None = None,
-           oracle_runs: int = ORACLE_RUNS) -> Advice:
+           oracle_runs: int = ORACLE_RUNS, out_of_reach: float = 0.0) -> Advice:
     """Read an audit folder and say what curation could buy on its pool (module docstring; chapter 11).
     Every option is checked before the audit is read."""
-    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs)
+    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs,
+                   out_of_reach)
     k, n, warnings = read_counts(audit_dir)
     if pool is None and _audited_limit(Path(audit_dir)) is not None:
         warnings.append(f"the audit covers {k.size} prompts of its split (--limit): the simulation takes your training "
                         f"pool to be those {k.size}; give --pool-size, since the ratios depend on how often each "
                         f"prompt is revisited (chapter 11)")
     return advise_counts(k, n, str(audit_dir), group_size, budget, rho, training, pool, seeds, boots, sim,
-                         close_gap, seed, warnings, oracle_every, oracle_runs)
+                         close_gap, seed, warnings, oracle_every, oracle_runs, out_of_reach)
 
 
 def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
                   rho: float = 1.0, training: str = "dense", pool: int | None = None, seeds: int = 4,
                   boots: int = 100, sim: bool = True, close_gap: float = SIM_CLOSE_GAP, seed: int = 0,
                   warnings: Sequence[str] = (), oracle_every: int | None = None,
-                  oracle_runs: int = ORACLE_RUNS) -> Advice:
+                  oracle_runs: int = ORACLE_RUNS, out_of_reach: float = 0.0) -> Advice:
     """:func:`advise` from per-prompt successes and runs (an audit of a simulated world, for instance)."""
     t0 = time.perf_counter()
-    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs)
+    _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs,
+                   out_of_reach)
     k, n = np.asarray(successes, dtype=int), np.asarray(trials, dtype=int)
     fit = fit_beta_mixture(k, n)
     rng = np.random.default_rng(seed)
@@ -416,7 +428,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
         row["visits_per_prompt"] = budget / (row["G"] * pool)
         row["mixed_groups_in_budget"] = budget / row["G"] * (1 - row["zero_variance"])
     result = (simulate(fit, [f for _, f in boot], group_size, rho, training, seeds, pool=pool, close_gap=close_gap,
-                       oracle_every=oracle_every, oracle_runs=oracle_runs) if sim else None)
+                       oracle_every=oracle_every, oracle_runs=oracle_runs, out_of_reach=out_of_reach) if sim else None)
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
                   sim=result, verdict=_verdict(result, gate, group_size), warnings=warnings,
@@ -424,7 +436,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
 
 
 def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every=None,
-                   oracle_runs=ORACLE_RUNS) -> None:
+                   oracle_runs=ORACLE_RUNS, out_of_reach=0.0) -> None:
     if group_size not in SIM_GROUP_SIZES:
         raise UserError(f"--group-size: {group_size!r} is not one of {', '.join(map(str, SIM_GROUP_SIZES))} "
                         f"(the simulation's 128 rollouts per step split into whole groups)")
@@ -436,6 +448,9 @@ def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_
         raise UserError(f"--rho: must be a finite number >= 0 (training cost of a rollout over generating it), got {rho!r}")
     if isinstance(close_gap, bool) or not isinstance(close_gap, (int, float)) or not 0 < close_gap < 1:
         raise UserError(f"--close-gap: must lie in (0, 1) (the share of the held-out gap to 1 the target closes), got {close_gap!r}")
+    if isinstance(out_of_reach, bool) or not isinstance(out_of_reach, (int, float)) or not 0 <= out_of_reach < 1:
+        raise UserError(f"--out-of-reach: must lie in [0, 1) (the share of the pool the model never learns), got "
+                        f"{out_of_reach!r}")
     if training not in ("dense", "sparse"):
         raise UserError(f"--training: must be dense or sparse, got {training!r}")
 
@@ -460,7 +475,8 @@ def render(a: Advice) -> str:
         s = a.sim
         lines += ["", f"PREDICTED in a simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit "
                       f"each): rollouts to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at "
-                      f"G = {a.group_size}; the oracles read {_oracle_phrase(s)}",
+                      f"G = {a.group_size}; the oracles read {_oracle_phrase(s)}"
+                      + (f"; {s['out_of_reach']:.0%} of the pool out of reach" if s.get("out_of_reach") else ""),
                   f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'Holm p':>8}{'cost':>22}{'Holm p':>8}"]
         for arm in s["ratios"]["rollouts"]:
             ro, co = s["ratios"]["rollouts"][arm], s["ratios"]["cost"][arm]
@@ -544,6 +560,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-sim", action="store_true",
                     help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts); writes "
                          "advice_gate.json and advice_gate.png, leaving a full run's advice.json as it is")
+    ap.add_argument("--out-of-reach", type=float, default=0.0, metavar="SHARE",
+                    help="the share of the pool the model will never learn (the prompts of lowest pass rate stay "
+                         "where they start in the simulated world; default 0, every prompt within reach). The "
+                         "starting audit cannot tell it; the share an audit of a later checkpoint still never solves "
+                         "bounds it (chapter 11)")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder)")
     args = ap.parse_args(argv)
@@ -559,7 +580,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"--out: {exc}") from None
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
                args.boots, not args.no_sim, args.close_gap, oracle_every=args.oracle_every,
-               oracle_runs=ORACLE_RUNS if args.oracle_runs is None else args.oracle_runs)
+               oracle_runs=ORACLE_RUNS if args.oracle_runs is None else args.oracle_runs,
+               out_of_reach=args.out_of_reach)
     out.mkdir(parents=True, exist_ok=True)
     stem = "advice_gate" if args.no_sim else "advice"
     (out / f"{stem}.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")

@@ -57,3 +57,15 @@ def check(records):
     # the text counts the rates chosen at an end of the grid, not extended: 10 of 130 in the committed map, checked
     # on the committed notebook (tests/test_committed_records.py); here, one entry per condition run
     assert set(records["edge_rates"]) == set(the_map)
+    # advise beside the measured ratios (committed data/advise/check.json): the counts and shares the text quotes
+    assert records["advise_check"]["coverage"]["language models"] == [8, 10, 12]
+    assert records["advise_check"]["coverage"]["simulated world"] == [23, 26, 27]
+    assert records["advise_check"]["oracle_rows_inside_exact"] == 2
+    info = records["oracle_information"]
+    for pool, lost in (("main", 0.29), ("hard", 0.63)):  # staleness costs selection this share of its saving
+        exact, stale = info[pool]["exact"], info[pool]["sampled every 10 steps"]
+        assert abs((stale - exact) / (1 - exact) - lost) < 0.005
+        assert abs(info[pool]["sampled every step"] - exact) < 0.03  # noise alone costs little
+    floor = records["out_of_reach"]["main"]
+    for arm, without, fifth in (("uniform_g2", 0.61, 0.76), ("uniform_g4", 0.61, 0.79), ("oracle_select", 0.54, 0.56)):
+        assert abs(floor["0.0"][arm] - without) < 0.005 and abs(floor["0.2"][arm] - fifth) < 0.005

@@ -79,11 +79,17 @@ class SoftmaxWorld:
     def make(cls, n_prompts: int = 256, n_actions: int = 8, n_correct: int = 1, n_skills: int = 4,
              noise_dims: int = 4, skill_scale: float = 1.0, noise_scale: float = 0.5,
              pass_rate_beta: tuple[float, float] = (0.5, 0.5), pass_rates=None,
-             hint_strength: float = 1.0, seed: int = 0) -> "SoftmaxWorld":
+             hint_strength: float = 1.0, out_of_reach: float = 0.0, seed: int = 0) -> "SoftmaxWorld":
         """A world whose initial pass rates p_i(0) follow Beta(``pass_rate_beta``) (or equal the given
         ``pass_rates``), clipped to [1e-4, 1 - 1e-4]. Beta(0.5, 0.5) piles prompts near 0 and 1,
-        the regime where most groups are uniform (chapter 1)."""
+        the regime where most groups are uniform (chapter 1).
+
+        ``out_of_reach``: the share of the prompts, those of lowest p_i(0), that no theta changes (their
+        features are zero, so p_i stays p_i(0)): a floor of prompts the policy never learns, as a language
+        model may never solve some (chapter 11). 0 leaves every prompt within reach and draws the same world."""
         B = as_int(n_prompts, "n_prompts", minimum=1)
+        if isinstance(out_of_reach, bool) or not isinstance(out_of_reach, (int, float)) or not 0 <= out_of_reach < 1:
+            raise ValueError(f"out_of_reach must be a share in [0, 1), got {out_of_reach!r}")
         M = as_int(n_actions, "n_actions", minimum=2)
         C = as_int(n_correct, "n_correct", minimum=1, maximum=M - 1)
         S = as_int(n_skills, "n_skills", minimum=1)
@@ -107,6 +113,7 @@ class SoftmaxWorld:
         # (features do not enter at theta = 0, so the offset alone sets the pass rate).
         offsets = np.zeros((B, M))
         offsets[:, :C] = np.log(p0 * (M - C) / (C * (1 - p0)))[:, None]
+        feats[np.argsort(p0, kind="stable")[: round(out_of_reach * B)]] = 0.0  # after every draw: the same world at 0
         return cls(feats, offsets, C, skill, hint_strength)
 
     @property
