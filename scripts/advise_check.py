@@ -11,7 +11,8 @@ starting policy and its predicted ratio (with its interval) is put beside the me
   the oracles' ratios are predicted with the information those runs gave them (an uncharged audit of the
   pool, 8 runs a prompt, every 10 steps of 128 rollouts: ``oracle_every=1280``), the exact oracle's beside,
   and at 16 seeds what that information costs them (exact, sampled every step, sampled every 10 steps) and
-  how every arm moves when the hardest 10 % or 20 % of the pool is out of reach;
+  how every arm moves when the hardest 10 % or 20 % of the pool is out of reach, or the share a later
+  checkpoint never solves (data/audits/spread_train48_uniform_6400: --out-of-reach-from);
 * SmolLM2 (data/runs/smollm2_protocol): the audit of the training split on the comparison's six levels
   (data/audits/smollm2_arith_chat_train); its target, the start plus 0.15 of the gap, is chosen here, after
   the runs (the suite declared accuracy at the budget).
@@ -36,6 +37,8 @@ TINY_ORACLE_EVERY = 1280
 """The tiny model's oracles re-audit the pool every 10 steps of 128 rollouts (configs/suites/curation_pays*.yaml)."""
 INFORMATION_SEEDS = 16
 FLOORS = (0.0, 0.1, 0.2)
+LATER_AUDIT = "spread_train48_uniform_6400"
+"""An audit of seed 0's uniform run on the main pool after 6,400 rollouts (its README says how it was made)."""
 
 
 def ratio_dict(r):
@@ -195,6 +198,12 @@ def main() -> int:
                               oracle_every=TINY_ORACLE_EVERY, out_of_reach=share)
             floors[pool][str(share)] = a.sim["ratios"]["rollouts"] if a.predicted else None
             print(f"floor/{pool}/{share}: {a.seconds:.1f} s", file=sys.stderr, flush=True)
+    # the floor as a user would measure it: the share of the main pool a later checkpoint never solves
+    a = advise(ROOT / "data" / "audits" / "spread_train48", pool=432, close_gap=gap_main, seeds=INFORMATION_SEEDS,
+               oracle_every=TINY_ORACLE_EVERY, out_of_reach_from=ROOT / "data" / "audits" / LATER_AUDIT)
+    later = {"share": a.sim["out_of_reach"], "note": a.sim["out_of_reach_from"].replace(str(ROOT) + "/", ""),
+             "ratios": a.sim["ratios"]["rollouts"]}
+    print(f"floor/main/later audit: {a.seconds:.1f} s", file=sys.stderr, flush=True)
     # advise's output on the committed audits, as a user runs it
     audits = {}
     for name in ("spread_train48", "smollm2_arith_chat", "smollm2_gsm8k"):
@@ -206,7 +215,7 @@ def main() -> int:
     (OUT / "check.json").write_text(json.dumps(
         {"rows": rows, "predictions": predictions, "oracle_information": information,
          "oracle_information_seeds": INFORMATION_SEEDS,
-         "out_of_reach": floors, "audits": audits, "seconds": time.perf_counter() - t0,
+         "out_of_reach": floors, "out_of_reach_later": later, "audits": audits, "seconds": time.perf_counter() - t0,
          "environment": provenance("cpu"), "command": "python scripts/advise_check.py"}, indent=1) + "\n")
     inside = sum(r["inside"] for r in rows)
     print(f"{inside} of {len(rows)} measured ratios inside the predicted interval; written to {OUT / 'check.json'}")

@@ -56,10 +56,10 @@ def test_the_measured_gate_is_the_unbiased_estimate_of_chapter_4():
         assert _measured_zero_share(k, n, G) == pytest.approx(1 - np.mean(group_mixed_prob(scores, G)))
 
 
-def write_audit(folder: Path, scores: list[list[float]]) -> Path:
+def write_audit(folder: Path, scores: list[list[float]], prefix: str = "p") -> Path:
     """A minimal audit folder in the format `rlcurate audit` writes (config.json, runs.jsonl)."""
     folder.mkdir(parents=True, exist_ok=True)
-    uids = [f"p{i}" for i in range(len(scores))]
+    uids = [f"{prefix}{i}" for i in range(len(scores))]
     runs = max(len(s) for s in scores)
     (folder / "config.json").write_text(json.dumps({
         "format": "rlcurate-audit/1", "config": {"model": "m", "task": "t", "runs": runs, "success_threshold": 1.0},
@@ -104,7 +104,8 @@ def piles():
 def test_the_simulated_ceiling_is_below_uniform_on_a_pool_with_piles(piles):
     # choosing the mixed prompts pays (chapter 11: 0.45)
     a = piles[1]
-    assert "a pool of 1,000 prompts is simulated by 420 training prompts, each revisited about 2.4 times" in a.warnings[0]
+    assert any("a pool of 1,000 prompts is simulated by 420 training prompts, each revisited about 2.4 times" in w
+               for w in a.warnings)
     ro = a.sim["ratios"]["rollouts"]
     assert set(ro) == {"oracle_select", "oracle_alloc", "dapo", "greso", "uniform_g2", "uniform_g4", "uniform_g16", "uniform_g32"}
     assert ro["oracle_select"]["ratio"] < 0.8
@@ -146,6 +147,39 @@ def test_a_floor_out_of_reach_is_simulated_and_said(piles):
     # a fifth out of reach caps this pool (half its prompts start above 0.5) below the default target
     capped = advise_counts(k, np.full(k.size, 8), out_of_reach=0.2, **PILES)
     assert capped.sim["unreached"] and "with 20% of it out of reach (its pass rate cannot rise above about 0.80)" in capped.verdict
+
+
+def test_the_floor_is_read_from_an_audit_of_a_later_checkpoint(tmp_path, monkeypatch, capsys):
+    """--out-of-reach-from: the share of the first audit's prompts that a later audit never solves is the floor
+    the simulation keeps out of reach; the output says where it came from, and the warning about never-solved
+    prompts (the world's optimism) is not repeated once a floor is simulated."""
+    import rlcurate.advise as advise_module
+
+    start = write_audit(tmp_path / "start", [[0.0] * 8] * 15 + [[1.0, 0.0] * 4] * 25)
+    later = write_audit(tmp_path / "later", [[0.0] * 8] * 6 + [[1.0] * 8] * 30)  # p0-p5 still never solved
+    share, note = advise_module.never_solved_share(start, later)
+    assert share == pytest.approx(6 / 36) and note == f"6 of 36 prompts never solved in 8 runs of a later checkpoint, {later}"
+    seen = {}
+
+    def fake_simulate(*args, out_of_reach, **kw):  # the plumbing, without the simulation's seconds
+        seen["out_of_reach"] = out_of_reach
+        return {"unreached": True, "close_gap": 0.5, "budget_cap": 51200, "out_of_reach": out_of_reach, "lr": {}, "seeds": 2}
+
+    monkeypatch.setattr(advise_module, "simulate", fake_simulate)
+    a = advise(start, out_of_reach_from=later, boots=20)
+    assert seen["out_of_reach"] == pytest.approx(6 / 36) and a.sim["out_of_reach_from"] == note
+    assert "with 17% of it out of reach" in a.verdict
+    assert not any("never solved in their runs" in w for w in a.warnings)
+    assert any("never solved in their runs" in w and "--out-of-reach-from LATER_AUDIT" in w
+               for w in advise(start, boots=20).warnings)
+    # bad later audits, one line each
+    other = write_audit(tmp_path / "other", [[1.0, 0.0] * 4] * 30, prefix="q")
+    none = write_audit(tmp_path / "none", [[0.0] * 8] * 40)
+    for argv, needle in ((["--out-of-reach-from", str(tmp_path / "nowhere")], "--out-of-reach-from: "),
+                         (["--out-of-reach-from", str(other)], "shares 0 prompts with"),
+                         (["--out-of-reach-from", str(none)], "solved none of the 40 shared prompts"),
+                         (["--out-of-reach-from", str(later), "--out-of-reach", "0.1"], "not both")):
+        _one_line_error(capsys, ["advise", str(start), *argv], needle)
 
 
 def test_the_ceiling_within_the_noise_is_said_so_whatever_its_interval():

@@ -43,7 +43,7 @@ import numpy as np
 from rlcurate.errors import UserError
 from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture
 
-__all__ = ["Advice", "advise", "read_counts", "gate_table", "simulate", "render", "plot", "main",
+__all__ = ["Advice", "advise", "never_solved_share", "read_counts", "gate_table", "simulate", "render", "plot", "main",
            "advise_counts", "sim_prompts", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
 
 GROUP_SIZES = (2, 4, 8, 16, 32, 64)
@@ -159,13 +159,19 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
             warnings.append(f"{count / runs:.0%} of the runs {what}: the audit measures that more than the data")
     if n.min() < 4:
         warnings.append(f"{n.min()} runs per prompt identify little of the distribution's shape; 8 or more are better")
-    never = int((k == 0).sum())
-    if never > NEVER_SOLVED_WARN * k.size:
-        warnings.append(f"{never} of {k.size} prompts ({never / k.size:.0%}) were never solved in their runs: the "
-                        f"simulated world learns every prompt through shared skills, while a model may never solve "
-                        f"some, so its predictions are likely optimistic here (chapter 11); --out-of-reach SHARE "
-                        f"predicts with that share of the pool never learnt")
     return k, n, warnings
+
+
+def _never_solved_warning(k: np.ndarray, out_of_reach: float) -> list[str]:
+    """A warning where more than :data:`NEVER_SOLVED_WARN` of the audited prompts were never solved and the
+    simulation has no floor (``out_of_reach`` 0)."""
+    never = int((k == 0).sum())
+    if never <= NEVER_SOLVED_WARN * k.size or out_of_reach:
+        return []
+    return [f"{never} of {k.size} prompts ({never / k.size:.0%}) were never solved in their runs: the simulated world "
+            f"learns every prompt through shared skills, while a model may never solve some, so its predictions are "
+            f"likely optimistic here (chapter 11); --out-of-reach SHARE or --out-of-reach-from LATER_AUDIT predicts "
+            f"with a share of the pool never learnt"]
 
 
 def _audited_limit(folder: Path) -> int | None:
@@ -386,18 +392,53 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
 def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float = 1.0, training: str = "dense",
            pool: int | None = None, seeds: int = 4, boots: int = 100, sim: bool = True,
            close_gap: float = SIM_CLOSE_GAP, seed: int = 0, oracle_every: int | None = None,
-           oracle_runs: int = ORACLE_RUNS, out_of_reach: float = 0.0) -> Advice:
+           oracle_runs: int = ORACLE_RUNS, out_of_reach: float = 0.0, out_of_reach_from=None) -> Advice:
     """Read an audit folder and say what curation could buy on its pool (module docstring; chapter 11).
-    Every option is checked before the audit is read."""
+    ``out_of_reach_from``: an audit of a later checkpoint on the same prompts, whose never-solved share is
+    taken as ``out_of_reach`` (:func:`never_solved_share`). Every option is checked before the audit is read."""
     _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs,
                    out_of_reach)
+    if out_of_reach_from is not None and out_of_reach:
+        raise UserError("--out-of-reach-from: give it or --out-of-reach, not both")
     k, n, warnings = read_counts(audit_dir)
+    floor_note = None
+    if out_of_reach_from is not None:
+        out_of_reach, floor_note = never_solved_share(audit_dir, out_of_reach_from)
     if pool is None and _audited_limit(Path(audit_dir)) is not None:
         warnings.append(f"the audit covers {k.size} prompts of its split (--limit): the simulation takes your training "
                         f"pool to be those {k.size}; give --pool-size, since the ratios depend on how often each "
                         f"prompt is revisited (chapter 11)")
-    return advise_counts(k, n, str(audit_dir), group_size, budget, rho, training, pool, seeds, boots, sim,
-                         close_gap, seed, warnings, oracle_every, oracle_runs, out_of_reach)
+    a = advise_counts(k, n, str(audit_dir), group_size, budget, rho, training, pool, seeds, boots, sim,
+                      close_gap, seed, warnings, oracle_every, oracle_runs, out_of_reach)
+    if floor_note and a.sim is not None:
+        a.sim["out_of_reach_from"] = floor_note
+    return a
+
+
+def never_solved_share(audit_dir, later_dir) -> tuple[float, str]:
+    """The share of ``audit_dir``'s prompts (those with :data:`MIN_RUNS` runs or more) that an audit of a later
+    checkpoint, ``later_dir``, never solved, and a line saying so: an upper bound on the floor of prompts the
+    model never learns (a prompt of small pass rate may fail every run; chapter 11). Refuses, in one line, a
+    later audit that is not one or shares fewer than :data:`MIN_PROMPTS` prompts with the first."""
+    from rlcurate.audit.summary import load_audit
+
+    try:
+        read_counts(later_dir)
+    except UserError as exc:
+        raise UserError(f"--out-of-reach-from: {exc}") from None
+    start, later = load_audit(Path(audit_dir)), load_audit(Path(later_dir))
+    solved = {u: bool(s.sum() > 0) for u, s in zip(later.uids, later.scores) if s.size >= MIN_RUNS}
+    shared = [u for u, s in zip(start.uids, start.scores) if s.size >= MIN_RUNS and u in solved]
+    if len(shared) < MIN_PROMPTS:
+        raise UserError(f"--out-of-reach-from: {later_dir} shares {len(shared)} prompts with {audit_dir} (with "
+                        f"{MIN_RUNS} or more runs in each); it must audit the same prompts, at least {MIN_PROMPTS}")
+    never = sum(not solved[u] for u in shared)
+    if never == len(shared):
+        raise UserError(f"--out-of-reach-from: {later_dir} solved none of the {len(shared)} shared prompts: the "
+                        f"model learnt nothing there, no floor to simulate")
+    runs = int(np.median([s.size for s in later.scores]))
+    return never / len(shared), (f"{never} of {len(shared)} prompts never solved in {runs} runs of a later "
+                                 f"checkpoint, {later_dir}")
 
 
 def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
@@ -419,7 +460,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
                  "high": float(np.quantile(means, 0.975)), "mixed_in_audit": float(np.mean((k > 0) & (k < n)))}
     pool = int(pool or k.size)
     budget = int(budget or 100 * 128)
-    warnings = list(warnings)
+    warnings = [*warnings, *_never_solved_warning(k, out_of_reach)]
     if sim and pool >= 1.5 * SIM_TRAIN_PROMPTS:  # revisited half as often again, or more
         warnings.append(f"a pool of {pool:,} prompts is simulated by {SIM_TRAIN_PROMPTS} training prompts, each "
                         f"revisited about {pool / SIM_TRAIN_PROMPTS:.1f} times as often as yours: the simulated "
@@ -476,7 +517,8 @@ def render(a: Advice) -> str:
         lines += ["", f"PREDICTED in a simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit "
                       f"each): rollouts to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at "
                       f"G = {a.group_size}; the oracles read {_oracle_phrase(s)}"
-                      + (f"; {s['out_of_reach']:.0%} of the pool out of reach" if s.get("out_of_reach") else ""),
+                      + (f"; {s['out_of_reach']:.0%} of the pool out of reach" if s.get("out_of_reach") else "")
+                      + (f" ({s['out_of_reach_from']})" if s.get("out_of_reach_from") else ""),
                   f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'Holm p':>8}{'cost':>22}{'Holm p':>8}"]
         for arm in s["ratios"]["rollouts"]:
             ro, co = s["ratios"]["rollouts"][arm], s["ratios"]["cost"][arm]
@@ -565,6 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "where they start in the simulated world; default 0, every prompt within reach). The "
                          "starting audit cannot tell it; the share an audit of a later checkpoint still never solves "
                          "bounds it (chapter 11)")
+    ap.add_argument("--out-of-reach-from", default=None, metavar="LATER_AUDIT",
+                    help="an audit of a later checkpoint (a short uniform run) on the same prompts: the share of "
+                         "them it never solves is taken as --out-of-reach (an upper bound on the floor)")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder)")
     args = ap.parse_args(argv)
@@ -581,7 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
                args.boots, not args.no_sim, args.close_gap, oracle_every=args.oracle_every,
                oracle_runs=ORACLE_RUNS if args.oracle_runs is None else args.oracle_runs,
-               out_of_reach=args.out_of_reach)
+               out_of_reach=args.out_of_reach, out_of_reach_from=args.out_of_reach_from)
     out.mkdir(parents=True, exist_ok=True)
     stem = "advice_gate" if args.no_sim else "advice"
     (out / f"{stem}.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
