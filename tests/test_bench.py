@@ -62,6 +62,16 @@ def test_result_files_record_versions_machine_and_date(name):
     for key in ("what", "date", "versions", "machine", "ratio"):
         assert key in rec, f"{name} lacks {key!r}"
     assert rec["versions"]["torch"] and rec["machine"]["cpu"]
+    # every ratio the file states is the ratio of the medians it records (rounded to 4 digits as written)
+    pairs = {"trl_step.json": [(rec.get("rlcurate"), rec.get("trl"), rec.get("rlcurate_over_trl"), "step")],
+             "audit.json": [(rec.get("audit"), rec.get("bare"), rec.get("audit_over_bare"), None)],
+             "generate.json": [(r["engine"], r["generate"], r["engine_over_generate"], None) for r in rec.get("results", [])]}[name]
+    assert pairs and all(num and den and ratio for num, den, ratio in (p[:3] for p in pairs)), f"{name}: no timed pair"
+    for num, den, ratio, key in pairs:
+        num, den = (num[key], den[key]) if key else (num, den)
+        assert ratio["ratio_of_medians"] == pytest.approx(num["median_s"] / den["median_s"], abs=6e-4)
+        q1, q3 = ratio["paired_ratio_q1_q3"]
+        assert q1 <= ratio["median_paired_ratio"] <= q3 and num["min_s"] <= num["median_s"] <= num["max_s"]
 
 
 @pytest.mark.notebook
