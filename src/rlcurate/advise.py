@@ -460,7 +460,7 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
                  "high": float(np.quantile(means, 0.975)), "mixed_in_audit": float(np.mean((k > 0) & (k < n)))}
     pool = int(pool or k.size)
     budget = int(budget or 100 * 128)
-    warnings = [*warnings, *_never_solved_warning(k, out_of_reach)]
+    warnings = [*warnings, *_never_solved_warning(k, out_of_reach if sim else 0.0)]
     if sim and pool >= 1.5 * SIM_TRAIN_PROMPTS:  # revisited half as often again, or more
         warnings.append(f"a pool of {pool:,} prompts is simulated by {SIM_TRAIN_PROMPTS} training prompts, each "
                         f"revisited about {pool / SIM_TRAIN_PROMPTS:.1f} times as often as yours: the simulated "
@@ -588,28 +588,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--training", default="dense", help="dense: the trainer trains every rollout of a kept group "
                                                         "(verl, TRL); sparse: only rollouts with a non-zero advantage")
     ap.add_argument("--seeds", type=int, default=4,
-                    help="paired seeds of the simulation (4: seconds, and what chapter 11 checked; 8 or 16 narrow the "
-                         "intervals, in proportion to the time)")
+                    help="paired seeds of the simulation (4: seconds, and what chapter 11's check of its predictions "
+                         "used; 8 or 16 narrow the intervals, in proportion to the time)")
     ap.add_argument("--close-gap", type=float, default=SIM_CLOSE_GAP,
                     help="the simulation's target: the start's held-out pass rate plus this share of its gap to 1")
     ap.add_argument("--boots", type=int, default=100, help="bootstrap refits of the distribution")
     ap.add_argument("--oracle-every", type=int, default=None, metavar="ROLLOUTS",
                     help="the oracles read pass rates sampled by an uncharged audit of the pool every ROLLOUTS "
-                         "rollouts (in whole steps of 128) instead of exact ones every step: the ceiling an oracle "
-                         "run on a language model can reach (chapter 11: 1,280)")
+                         "rollouts (rounded to whole steps of 128, at least one) instead of exact ones every step: the "
+                         "ceiling an oracle run on a language model can reach (chapter 11's oracles: 1,280)")
     ap.add_argument("--oracle-runs", type=int, default=None,
                     help=f"runs per prompt of that audit (with --oracle-every; default {ORACLE_RUNS})")
     ap.add_argument("--no-sim", action="store_true",
                     help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts); writes "
                          "advice_gate.json and advice_gate.png, leaving a full run's advice.json as it is")
     ap.add_argument("--out-of-reach", type=float, default=0.0, metavar="SHARE",
-                    help="the share of the pool the model will never learn (the prompts of lowest pass rate stay "
-                         "where they start in the simulated world; default 0, every prompt within reach). The "
-                         "starting audit cannot tell it; the share an audit of a later checkpoint still never solves "
-                         "bounds it (chapter 11)")
+                    help="the share of the pool, in [0, 1), the model will never learn (the prompts of lowest pass "
+                         "rate stay where they start in the simulated world; default 0, every prompt within reach). "
+                         "The starting audit cannot tell it; the share an audit of a later checkpoint still never "
+                         "solves bounds it from above, roughly (chapter 11)")
     ap.add_argument("--out-of-reach-from", default=None, metavar="LATER_AUDIT",
                     help="an audit of a later checkpoint (a short uniform run) on the same prompts: the share of "
-                         "them it never solves is taken as --out-of-reach (an upper bound on the floor)")
+                         "them it never solves is taken as --out-of-reach (roughly an upper bound on the floor)")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder)")
     args = ap.parse_args(argv)
