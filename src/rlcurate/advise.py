@@ -22,9 +22,9 @@ An audit (``rlcurate audit``, any backend) gives each prompt's successes in N ru
 What the simulation cannot know is how *your* model learns: it predicts from the pool's shape at the start.
 Chapter 11 puts its predictions beside measured runs (the conditions map, the tiny model, SmolLM2) and
 says where they part: on language models it was optimistic about small groups and, with exact pass rates,
-about selection (with the stale, sampled ones the tiny model's oracles read, ``oracle_every``, it predicted
-selection on both pools), and its world learns every prompt through shared skills, where a model may never
-solve some. The output says so
+about selection (with the stale, sampled ones the tiny model's oracles read, ``oracle_every``, its intervals
+held both pools' measurements), and its world learns every prompt through shared skills, where a model may
+never solve some (``out_of_reach``, ``out_of_reach_from`` give it a floor). The output says so
 (:data:`CAVEAT`, and a warning where many audited prompts were never solved).
 """
 
@@ -301,7 +301,8 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
             scores[r] = _to_target(c, c["target"], rho, training)[0]
         lr[arm] = min(sorted(scores), key=lambda r: scores[r])  # ties go to the smaller rate
         if arm == "uniform" and not math.isfinite(scores[lr[arm]]):
-            return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET, "world_prompts": n_prompts,
+            return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET,
+                    "world_prompts": n_prompts,
                     "lr": lr, "seeds": seeds}
     rollouts: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
     cost: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
@@ -417,8 +418,8 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
 
 def never_solved_share(audit_dir, later_dir) -> tuple[float, str]:
     """The share of ``audit_dir``'s prompts (those with :data:`MIN_RUNS` runs or more) that an audit of a later
-    checkpoint, ``later_dir``, never solved, and a line saying so: an upper bound on the floor of prompts the
-    model never learns (a prompt of small pass rate may fail every run; chapter 11). Refuses, in one line, a
+    checkpoint, ``later_dir``, never solved, and a line saying so: roughly an upper bound on the floor of
+    prompts the model never learns (a prompt of small pass rate may fail every run; chapter 11). Refuses, in one line, a
     later audit that is not one or shares fewer than :data:`MIN_PROMPTS` prompts with the first."""
     from rlcurate.audit.summary import load_audit
 
@@ -517,7 +518,8 @@ def render(a: Advice) -> str:
         lines += ["", f"PREDICTED in a simulated world with this pool ({s['seeds']} paired seeds, one bootstrap fit "
                       f"each): rollouts to close {s['close_gap']:.0%} of the held-out gap, over uniform GRPO at "
                       f"G = {a.group_size}; the oracles read {_oracle_phrase(s)}"
-                      + (f"; {s['out_of_reach']:.0%} of the pool out of reach" if s.get("out_of_reach") else "")
+                      + (f"; {s['out_of_reach']:.0%} of the pool out of reach" if s.get("out_of_reach")
+                         or s.get("out_of_reach_from") else "")
                       + (f" ({s['out_of_reach_from']})" if s.get("out_of_reach_from") else ""),
                   f"{'arm':<16}{'lr':>5}{'rollouts':>22}{'Holm p':>8}{'cost':>22}{'Holm p':>8}"]
         for arm in s["ratios"]["rollouts"]:
