@@ -157,8 +157,13 @@ def test_the_floor_is_read_from_an_audit_of_a_later_checkpoint(tmp_path, monkeyp
 
     start = write_audit(tmp_path / "start", [[0.0] * 8] * 15 + [[1.0, 0.0] * 4] * 25)
     later = write_audit(tmp_path / "later", [[0.0] * 8] * 6 + [[1.0] * 8] * 30)  # p0-p5 still never solved
-    share, note = advise_module.never_solved_share(start, later)
+    share, note, warns = advise_module.never_solved_share(start, later)
     assert share == pytest.approx(6 / 36) and note == f"6 of 36 prompts never solved in 8 runs of a later checkpoint, {later}"
+    assert warns == []
+    # the two audits swapped, and a later audit of a part of the pool, are said
+    assert "is it the later checkpoint's audit" in " ".join(advise_module.never_solved_share(later, start)[2])
+    part = write_audit(tmp_path / "part", [[0.0] * 8] * 5 + [[1.0] * 8] * 20)
+    assert "audits 25 of the 40 prompts" in " ".join(advise_module.never_solved_share(start, part)[2])
     seen = {}
 
     def fake_simulate(*args, out_of_reach, **kw):  # the plumbing, without the simulation's seconds
@@ -172,14 +177,30 @@ def test_the_floor_is_read_from_an_audit_of_a_later_checkpoint(tmp_path, monkeyp
     assert not any("never solved in their runs" in w for w in a.warnings)
     assert any("never solved in their runs" in w and "--out-of-reach-from LATER_AUDIT" in w
                for w in advise(start, boots=20).warnings)
+    # with --no-sim the simulation's options are said to be ignored
+    quiet = advise(start, sim=False, boots=20, seeds=16, out_of_reach_from=later)
+    assert "ignored with --no-sim (they shape the simulation only): --seeds, --out-of-reach-from" in quiet.warnings
     # bad later audits, one line each
+    (tmp_path / "a-file.json").write_text("{}")
     other = write_audit(tmp_path / "other", [[1.0, 0.0] * 4] * 30, prefix="q")
     none = write_audit(tmp_path / "none", [[0.0] * 8] * 40)
     for argv, needle in ((["--out-of-reach-from", str(tmp_path / "nowhere")], "--out-of-reach-from: "),
+                         (["--out-of-reach-from", str(tmp_path / "a-file.json")], "a file, not an audit folder"),
                          (["--out-of-reach-from", str(other)], "shares 0 prompts with"),
                          (["--out-of-reach-from", str(none)], "solved none of the 40 shared prompts"),
                          (["--out-of-reach-from", str(later), "--out-of-reach", "0.1"], "not both")):
         _one_line_error(capsys, ["advise", str(start), *argv], needle)
+
+
+def test_the_simulation_says_where_its_table_is_weaker_than_it_looks():
+    from rlcurate.advise import _simulation_warnings
+
+    sim = {"seeds": 4, "uniform_reached": 1}
+    assert _simulation_warnings(sim, None)[0].startswith("uniform GRPO reached the target in 1 of 4 seeds within 51,200")
+    assert _simulation_warnings({**sim, "uniform_reached": 4}, None) == []
+    assert "is rollouts, not steps" in _simulation_warnings({**sim, "uniform_reached": 4}, 10)[0]
+    assert "past the simulation's 51,200 rollouts" in _simulation_warnings({**sim, "uniform_reached": 4}, 100_000)[0]
+    assert _simulation_warnings({**sim, "uniform_reached": 4}, 1280) == []
 
 
 def test_the_ceiling_within_the_noise_is_said_so_whatever_its_interval():

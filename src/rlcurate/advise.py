@@ -122,6 +122,8 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
     from rlcurate.audit.summary import INVALIDATING_SHARE, load_audit
 
     folder = Path(audit_dir)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder}: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote)")
     if not folder.is_dir():
         raise UserError(f"{folder}: no such folder (give the folder an `rlcurate audit --out` wrote)")
     if not (folder / "config.json").is_file() or not (folder / "runs.jsonl").is_file():
@@ -227,7 +229,8 @@ def _oracle_phrase(sim: dict[str, Any]) -> str:
     if not kw:
         return "exact pass rates"
     every = kw["refresh"] * SIM_TRAIN["rollouts_per_step"]
-    return f"pass rates audited every {every:,} rollouts ({kw['runs']} runs a prompt, uncharged)"
+    runs = f"{kw['runs']} run{'s' if kw['runs'] != 1 else ''}"
+    return f"pass rates audited every {every:,} rollouts ({runs} a prompt, uncharged)"
 
 
 def _sim_suite(group_size: int, oracle: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -312,11 +315,15 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
             setup = _sim_setup(rates, spec["group_size"], out_of_reach)
             c = run_costs(suite, setup, arm, s, lr[arm], close_gap=close_gap)
             rollouts[arm][s], cost[arm][s] = _to_target(c, c["target"], rho, training)
+    reached = sum(math.isfinite(v) for v in rollouts["uniform"].values())
+    if reached == 0:  # every ratio would be the cap over the cap
+        return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET,
+                "world_prompts": n_prompts, "lr": lr, "seeds": seeds, "uniform_reached": 0}
     cap_cost = SIM_BUDGET * (1 + rho)
     tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
               "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}
     return {"arms": {a: s for a, s in suite["arms"].items()}, "lr": lr, "seeds": seeds, "close_gap": close_gap,
-            "world_prompts": n_prompts, "oracle": oracle, "out_of_reach": out_of_reach,
+            "world_prompts": n_prompts, "oracle": oracle, "out_of_reach": out_of_reach, "uniform_reached": reached,
             "budget_cap": SIM_BUDGET, "currency": f"rollouts + {rho:g} x rollouts trained ({training})",
             "uniform_rollouts": {str(s): v for s, v in rollouts["uniform"].items()},
             "ratios": {cur: {a: {"ratio": r.ratio, "low": r.low, "high": r.high, "p_holm": r.p_holm}
@@ -347,16 +354,17 @@ def _beyond_noise(r: dict[str, float], alpha: float = 0.05) -> int:
 
 def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
     if sim is not None and sim.get("unreached"):
+        where = (f"in any of its {sim['seeds']} seeds (it did on the validation world)" if sim.get("uniform_reached") == 0
+                 else "at any learning rate")
+        head = (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of the "
+                f"held-out gap within {sim['budget_cap']:,} rollouts {where} from this pool")
         if sim.get("out_of_reach"):
-            f = sim["out_of_reach"]
-            return (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of "
-                    f"the held-out gap within {sim['budget_cap']:,} rollouts at any learning rate from this pool with "
-                    f"{f:.0%} of it out of reach (its pass rate cannot rise above about {1 - f:.2f}): no ratio to "
-                    f"predict; ask for a smaller target with --close-gap")
-        return (f"in the simulated world uniform GRPO at G = {group_size} does not close {sim['close_gap']:.0%} of the "
-                f"held-out gap within {sim['budget_cap']:,} rollouts at any learning rate from this pool: no ratio to "
-                f"predict; the pool is too hard for group-sampled RL as it stands (easier prompts, a warm start, or "
-                f"hints, chapter 7), or ask for a smaller target with --close-gap")
+            f, source = sim["out_of_reach"], sim.get("out_of_reach_from")
+            return (f"{head} with {f:.0%} of it out of reach" + (f" ({source})" if source else "")
+                    + f" (its pass rate cannot rise above about {1 - f:.2f}): no ratio to predict; ask for a smaller "
+                    f"target with --close-gap")
+        return (f"{head}: no ratio to predict; the pool is too hard for group-sampled RL as it stands (easier prompts, "
+                f"a warm start, or hints, chapter 7), or ask for a smaller target with --close-gap")
     if sim is None:
         row = next(g for g in gate if g["G"] == group_size)
         return (f"at G = {group_size}, {row['zero_variance']:.0%} of groups would carry no signal "
@@ -377,7 +385,7 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
                  f"--seeds narrow it)"]
     for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter")):
         r = co[arm]
-        word = {-1: "pays", 1: "costs more", 0: "is within the noise of uniform"}[_beyond_noise(r)]
+        word = {-1: "pays", 1: "spends more", 0: "is within the noise of uniform"}[_beyond_noise(r)]
         parts.append(f"{name} {word} in cost ({_interval(r)}, Holm p {_p(_holm(r))})")
     g_arms = {int(a.split("_g")[1]): ro[a] for a in ro if a.startswith("uniform_g")}
     better = {g: r for g, r in g_arms.items() if _beyond_noise(r) == -1}
@@ -404,7 +412,16 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
     k, n, warnings = read_counts(audit_dir)
     floor_note = None
     if out_of_reach_from is not None:
-        out_of_reach, floor_note = never_solved_share(audit_dir, out_of_reach_from)
+        out_of_reach, floor_note, floor_warnings = never_solved_share(audit_dir, out_of_reach_from)
+        warnings += floor_warnings
+    if not sim:
+        given = [name for name, v, default in (
+            ("--seeds", seeds, 4), ("--close-gap", close_gap, SIM_CLOSE_GAP), ("--rho", rho, 1.0),
+            ("--training", training, "dense"), ("--oracle-every", oracle_every, None),
+            ("--out-of-reach", out_of_reach if out_of_reach_from is None else 0.0, 0.0),
+            ("--out-of-reach-from", out_of_reach_from, None)) if v != default]
+        if given:
+            warnings.append(f"ignored with --no-sim (they shape the simulation only): {', '.join(given)}")
     if pool is None and _audited_limit(Path(audit_dir)) is not None:
         warnings.append(f"the audit covers {k.size} prompts of its split (--limit): the simulation takes your training "
                         f"pool to be those {k.size}; give --pool-size, since the ratios depend on how often each "
@@ -413,14 +430,16 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
                       close_gap, seed, warnings, oracle_every, oracle_runs, out_of_reach)
     if floor_note and a.sim is not None:
         a.sim["out_of_reach_from"] = floor_note
+        a.verdict = _verdict(a.sim, a.gate, group_size)  # an unreachable target names the floor's source
     return a
 
 
-def never_solved_share(audit_dir, later_dir) -> tuple[float, str]:
+def never_solved_share(audit_dir, later_dir) -> tuple[float, str, list[str]]:
     """The share of ``audit_dir``'s prompts (those with :data:`MIN_RUNS` runs or more) that an audit of a later
-    checkpoint, ``later_dir``, never solved, and a line saying so: roughly an upper bound on the floor of
-    prompts the model never learns (a prompt of small pass rate may fail every run; chapter 11). Refuses, in one line, a
-    later audit that is not one or shares fewer than :data:`MIN_PROMPTS` prompts with the first."""
+    checkpoint, ``later_dir``, never solved, a line saying so, and warnings: roughly an upper bound on the floor
+    of prompts the model never learns (a prompt of small pass rate may fail every run; chapter 11). Refuses, in
+    one line, a later audit that is not one or shares fewer than :data:`MIN_PROMPTS` prompts with the first;
+    warns where it covers under 90 % of them or its pass rate on them is not above the first's (swapped?)."""
     from rlcurate.audit.summary import load_audit
 
     try:
@@ -438,8 +457,21 @@ def never_solved_share(audit_dir, later_dir) -> tuple[float, str]:
         raise UserError(f"--out-of-reach-from: {later_dir} solved none of the {len(shared)} shared prompts: the "
                         f"model learnt nothing there, no floor to simulate")
     runs = int(np.median([s.size for s in later.scores]))
+    first = sum(s.size >= MIN_RUNS for s in start.scores)
+    in_shared = set(shared)
+
+    def rate(audit) -> float:
+        return float(np.mean([s.mean() for u, s in zip(audit.uids, audit.scores) if u in in_shared]))
+
+    warnings = []
+    if len(shared) < 0.9 * first:
+        warnings.append(f"--out-of-reach-from: {later_dir} audits {len(shared)} of the {first} prompts; the floor "
+                        f"read from those is applied to the whole pool")
+    if rate(later) <= rate(start):
+        warnings.append(f"--out-of-reach-from: {later_dir} solves the shared prompts at {rate(later):.2f}, not above "
+                        f"{audit_dir}'s {rate(start):.2f}: is it the later checkpoint's audit, and the other the start's?")
     return never / len(shared), (f"{never} of {len(shared)} prompts never solved in {runs} runs of a later "
-                                 f"checkpoint, {later_dir}")
+                                 f"checkpoint, {later_dir}"), warnings
 
 
 def advise_counts(successes, trials, source: str = "counts", group_size: int = 8, budget: int | None = None,
@@ -471,10 +503,31 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
         row["mixed_groups_in_budget"] = budget / row["G"] * (1 - row["zero_variance"])
     result = (simulate(fit, [f for _, f in boot], group_size, rho, training, seeds, pool=pool, close_gap=close_gap,
                        oracle_every=oracle_every, oracle_runs=oracle_runs, out_of_reach=out_of_reach) if sim else None)
+    if result is not None:
+        warnings += _simulation_warnings(result, oracle_every)
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
                   sim=result, verdict=_verdict(result, gate, group_size), warnings=warnings,
                   seconds=time.perf_counter() - t0, shares=k / n)
+
+
+def _simulation_warnings(sim: dict[str, Any], oracle_every: int | None) -> list[str]:
+    """Where the simulation's answer is weaker than its table looks: uniform GRPO censored at the cap in some
+    seeds, an oracle audit cadence rounded away or past the budget."""
+    out = []
+    reached = sim.get("uniform_reached")
+    if reached is not None and 0 < reached < sim["seeds"]:
+        out.append(f"uniform GRPO reached the target in {reached} of {sim['seeds']} seeds within {SIM_BUDGET:,} rollouts; "
+                   f"the others count as reaching it at that cap, so every ratio is censored and its interval too "
+                   f"narrow: ask for a smaller target with --close-gap")
+    step = SIM_TRAIN["rollouts_per_step"]
+    if oracle_every is not None and oracle_every < step / 2:
+        out.append(f"--oracle-every {oracle_every} is rollouts, not steps: it rounds to one step of {step} rollouts "
+                   f"(an audit every 10 steps is --oracle-every {10 * step})")
+    if oracle_every is not None and oracle_every >= SIM_BUDGET:
+        out.append(f"--oracle-every {oracle_every:,} is past the simulation's {SIM_BUDGET:,} rollouts: the oracles read "
+                   f"only the start's pass rates")
+    return out
 
 
 def _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every=None,
@@ -529,7 +582,8 @@ def render(a: Advice) -> str:
         lines.append(f"cost = {s['currency']} (read it where training is a noticeable share of a step; rollouts "
                      f"where generation dominates); lr: the simulated world's learning rate per arm, tuned on its "
                      f"validation world, not a setting for your model; 95% intervals per arm, p-values "
-                     f"Holm-adjusted across the arms: the verdict counts a difference only where both exclude noise")
+                     f"Holm-adjusted across the arms within each currency: the verdict counts a difference only "
+                     f"where both exclude noise")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
     if a.predicted:
