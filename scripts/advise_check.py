@@ -179,8 +179,9 @@ def main() -> int:
             r["inside_exact"] = bool(e["low"] <= m["ratio"] <= e["high"])
     # what the oracles' information costs them, at 16 seeds: exact every step, 8 sampled runs every step,
     # 8 sampled runs every 10 steps (as the tiny model's oracles ran)
+    tiny_pools = {"main": ("spread_train48", gap_main), "hard": ("spread_hard_train48", gap_hard)}
     information = {}
-    for pool, audit, gap in (("main", "spread_train48", gap_main), ("hard", "spread_hard_train48", gap_hard)):
+    for pool, (audit, gap) in tiny_pools.items():
         k, n = audit_counts(ROOT / "data" / "audits" / audit)
         information[pool] = {}
         for label, every in (("exact", None), ("sampled every step", 128), ("sampled every 10 steps", TINY_ORACLE_EVERY)):
@@ -190,7 +191,7 @@ def main() -> int:
     # a floor the starting audit cannot show: the hardest 10 % or 20 % of the pool never learnt (--out-of-reach),
     # every arm at 16 seeds, the oracles as the runs had them
     floors = {}
-    for pool, audit, gap in (("main", "spread_train48", gap_main), ("hard", "spread_hard_train48", gap_hard)):
+    for pool, (audit, gap) in tiny_pools.items():
         k, n = audit_counts(ROOT / "data" / "audits" / audit)
         floors[pool] = {}
         for share in FLOORS:
