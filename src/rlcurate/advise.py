@@ -31,6 +31,7 @@ never solve some (``out_of_reach``, ``out_of_reach_from`` give it a floor). The 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import time
@@ -415,11 +416,11 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
         out_of_reach, floor_note, floor_warnings = never_solved_share(audit_dir, out_of_reach_from)
         warnings += floor_warnings
     if not sim:
-        given = [name for name, v, default in (
-            ("--seeds", seeds, 4), ("--close-gap", close_gap, SIM_CLOSE_GAP), ("--rho", rho, 1.0),
-            ("--training", training, "dense"), ("--oracle-every", oracle_every, None),
-            ("--out-of-reach", out_of_reach if out_of_reach_from is None else 0.0, 0.0),
-            ("--out-of-reach-from", out_of_reach_from, None)) if v != default]
+        default = {k: p.default for k, p in inspect.signature(advise).parameters.items()}
+        asked = {"seeds": seeds, "close_gap": close_gap, "rho": rho, "training": training, "oracle_every": oracle_every,
+                 "out_of_reach": out_of_reach if out_of_reach_from is None else default["out_of_reach"],
+                 "out_of_reach_from": out_of_reach_from}
+        given = ["--" + k.replace("_", "-") for k, v in asked.items() if v != default[k]]
         if given:
             warnings.append(f"ignored with --no-sim (they shape the simulation only): {', '.join(given)}")
     if pool is None and _audited_limit(Path(audit_dir)) is not None:
