@@ -50,6 +50,24 @@ def executed_notebooks(request) -> dict:
     return request.config.stash.setdefault(EXECUTED, {})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_in_the_sessions_folder(tmp_path_factory):
+    """Every temporary file the package, a chapter's kernel or a subprocess makes (``tempfile``, ``TMPDIR``) goes
+    under pytest's folder for this session, which pytest removes when every test passes
+    (``tmp_path_retention_policy`` in pyproject.toml): a run of the suite leaves nothing in the system's /tmp."""
+    import tempfile
+
+    folder = tmp_path_factory.mktemp("tempfile")
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
+    yield folder
+    if before[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[0]
+    tempfile.tempdir = before[1]
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

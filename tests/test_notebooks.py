@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,11 +35,15 @@ def _execute(nb: Path, out_dir: Path) -> tuple[Path, float]:
 
     if nb.stem not in _executed:
         out = out_dir / nb.name
+        scratch = Path(tempfile.gettempdir())  # the session's folder (root conftest.py); the kernel inherits TMPDIR
+        before = set(scratch.glob("rlcurate-*"))
         start = time.perf_counter()
         pm.execute_notebook(str(nb), str(out), parameters={"PROFILE": "smoke"}, kernel_name="python3",
                             cwd=str(nb.parent), progress_bar=False, log_output=False,
                             execution_timeout=SMOKE_BUDGET_S)
         _executed[nb.stem] = (out, time.perf_counter() - start)
+        left = sorted(p.name for p in set(scratch.glob("rlcurate-*")) - before)
+        assert not left, f"{nb.name} left its scratch folders behind: {left} (rlcurate.book.scratch_dir)"
     return _executed[nb.stem]
 
 

@@ -276,14 +276,13 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
 
 # ------------------------------------------------------------------------------------------ the command
 def _suite_configs(path):
-    """``(run name, seeds, TrainConfig)`` of each run of a suite."""
-    import tempfile
-
+    """``(run name, seeds, TrainConfig)`` of each run of a suite. A plan writes nothing: the configs' output
+    folders name a place under ``runs/`` that is never created."""
     from rlcurate.experiments import load_suite, run_config
 
     suite = load_suite(path)
-    scratch = Path(tempfile.mkdtemp(prefix="rlcurate_plan_"))
-    return suite, [(name, suite["seeds"], run_config(suite, name, suite["seeds"][0], scratch)) for name in suite["runs"]]
+    nowhere = Path("runs") / "plan"
+    return suite, [(name, suite["seeds"], run_config(suite, name, suite["seeds"][0], nowhere)) for name in suite["runs"]]
 
 
 def main(argv: list[str] | None = None) -> int:

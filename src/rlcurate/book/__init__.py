@@ -14,6 +14,8 @@ from rlcurate.book.gpu_runs import CHAPTER_GPU_RUNS, chapter_gpu_configs
 from rlcurate.book.records import MIME_TYPE, read_records, record
 from rlcurate.book.style import COLORS, use_style
 from rlcurate.book.seeding import seed_everything
+from rlcurate.book.scratch import scratch_dir
 
 __all__ = ["PROFILES", "profile", "by_profile", "gpu_cells", "CHAPTER_GPU_RUNS", "chapter_gpu_configs", "record",
-           "read_records", "MIME_TYPE", "use_style", "COLORS", "seed_everything"]
+           "read_records", "MIME_TYPE", "use_style", "COLORS", "seed_everything",
+           "scratch_dir"]
