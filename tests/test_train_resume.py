@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -173,11 +174,19 @@ def test_a_fresh_run_owns_its_folder(tmp_path):
     assert Trainer(TrainConfig.from_dict({**cfg, "seed": 4})).step == 0  # nothing stale to resume
 
 
-def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_last_one(tmp_path, monkeypatch):
+FULL_DISK_ERRORS = {  # what a full disk raises from torch.save, as seen
+    "oserror": OSError(28, "No space left on device"),
+    "write-failed": RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file "
+                                 "data/3: file write failed"),
+    "unexpected-pos": RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1540034816 vs "
+                                   "1540034704"),  # CI, 2026-11-27: it used to escape as a traceback
+}
+
+
+@pytest.mark.parametrize("error", FULL_DISK_ERRORS.values(), ids=FULL_DISK_ERRORS.keys())
+def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_last_one(tmp_path, monkeypatch, error):
     """A checkpoint that cannot be written (no space left) is one line saying so, with the space left; no
     checkpoint.tmp stays behind and the previous checkpoint is intact (issue #30)."""
-    import errno
-
     import torch
 
     from rlcurate.errors import UserError
@@ -188,15 +197,47 @@ def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_last_one(tmp_path, mo
     tr.run()
     before = (out / "checkpoint" / "trainer.json").read_text()
 
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"part of a checkpoint")
+        raise error
 
     monkeypatch.setattr(torch, "save", full)
-    with pytest.raises(UserError, match=r"could not write the checkpoint of step 2 \(No space left on device; \d+ MiB "
+    reason = "No space left on device" if isinstance(error, OSError) else str(error)
+    with pytest.raises(UserError, match=rf"could not write the checkpoint of step 2 \({re.escape(reason)}; \d+ MiB "
                                         r"free there\): the checkpoint at step 2 is kept"):
         tr.save_checkpoint()
     assert not (out / "checkpoint.tmp").exists()
     assert (out / "checkpoint" / "trainer.json").read_text() == before
+
+
+def test_a_full_disk_at_the_final_model_says_so_and_the_same_command_writes_it(tmp_path, monkeypatch):
+    """``save_model``: a final export that cannot be written (safetensors' error on a full disk, as CI saw it) is
+    one line saying so; no half-written ``final`` stays, and running the same config again writes it."""
+    from rlcurate.errors import UserError
+
+    class SafetensorError(Exception):  # safetensors' own type, by name (it is defined in Rust)
+        pass
+
+    out = tmp_path / "run"
+    cfg = {**_config(out), "steps": 2, "eval_every": 0, "checkpoint_every": 1, "save_model": True}
+    tr = Trainer(TrainConfig.from_dict(cfg))
+
+    def full(folder, *args, **kwargs):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"part of a model")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(tr.model, "save_pretrained", full)
+    with pytest.raises(UserError, match=r"could not write the final model \(Error while serializing: I/O error: No "
+                                        r"space left on device \(os error 28\); \d+ MiB free there\): the checkpoint "
+                                        r"at step 2 is kept; free some space and run the same command to write it"):
+        tr.run()
+    assert not (out / "final").exists() and (out / "checkpoint" / "trainer.json").is_file()
+    monkeypatch.undo()
+    again = Trainer(TrainConfig.from_dict(cfg))
+    assert again.step == 2
+    again.run()
+    assert (out / "final" / "config.json").is_file() and again.step == 2
 
 
 def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):

@@ -11,7 +11,7 @@ with a message that names the input and says what is wrong with it.
 
 from __future__ import annotations
 
-__all__ = ["Stopped", "UserError", "one_line"]
+__all__ = ["Stopped", "UserError", "one_line", "write_failure"]
 
 
 class UserError(ValueError):
@@ -31,3 +31,18 @@ class Stopped(Exception):
 def one_line(message: object) -> str:
     """``message`` on one line (newlines folded to ``; ``), for the ``error:`` line of the CLI."""
     return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """Why a write failed, when ``exc`` is a failed write as the savers report it, else None: an ``OSError``
+    (its ``strerror``); torch.save's zip writer (``inline_container.cc``), which raises a ``RuntimeError`` saying
+    "file write failed" or, on a full disk, "unexpected pos N vs M" (seen in CI); safetensors' ``SafetensorError``
+    ("I/O error: No space left on device"), which ``save_pretrained`` raises."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError):
+        return exc.strerror or text
+    if isinstance(exc, RuntimeError) and any(s in text for s in ("write", "inline_container")):
+        return text
+    if type(exc).__name__ == "SafetensorError" and "I/O error" in text:
+        return text
+    return None

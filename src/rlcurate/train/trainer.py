@@ -49,7 +49,7 @@ import torch
 
 from rlcurate.curation.base import Curator, StepContext
 from rlcurate.curation.step import run_step
-from rlcurate.errors import Stopped, UserError
+from rlcurate.errors import Stopped, UserError, write_failure
 from rlcurate.seeding import EVAL_SEED_OFFSET
 from rlcurate.stopping import catch_stop_signals
 from rlcurate.stats.gate import outcome_shares
@@ -365,22 +365,38 @@ class Trainer:
                 "step": self.step, "metrics_lines": self.metrics.lines, "totals": self.totals,
                 "curator": self.curator.state_dict(), "config": self.config.to_dict(),
                 "config_changes": self.config_changes}, indent=1))
-        except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
-            if isinstance(exc, RuntimeError) and "write" not in str(exc):
+        except Exception as exc:
+            if (reason := write_failure(exc)) is None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
-            free = shutil.disk_usage(self.out).free / 2**20
             kept = f"the checkpoint at step {self._checkpoint_step()} is kept" if final.exists() or old.exists() \
                 else "no earlier checkpoint"
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
             raise UserError(f"{self.out}: could not write the checkpoint of step {self.step} ({reason}; "
-                            f"{free:.0f} MiB free there): {kept}; free some space and run the same command "
-                            f"to resume") from None
+                            f"{self._free_mib():.0f} MiB free there): {kept}; free some space and run the same "
+                            f"command to resume") from None
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
+
+    def save_final_model(self) -> None:
+        """Export the trained model and its tokenizer to ``out_dir/final`` (``save_model``), after the last
+        checkpoint: a failed write is one line, and the same command writes it again."""
+        final = self.out / "final"
+        try:
+            self.model.save_pretrained(final)
+            self.tokenizer.save_pretrained(final)
+        except Exception as exc:
+            if (reason := write_failure(exc)) is None:
+                raise
+            shutil.rmtree(final, ignore_errors=True)
+            raise UserError(f"{self.out}: could not write the final model ({reason}; {self._free_mib():.0f} MiB free "
+                            f"there): the checkpoint at step {self.step} is kept; free some space and run the same "
+                            f"command to write it") from None
+
+    def _free_mib(self) -> float:
+        return shutil.disk_usage(self.out).free / 2**20
 
     def _checkpoint_step(self) -> int | None:
         for name in ("checkpoint", "checkpoint.old"):
@@ -442,8 +458,7 @@ class Trainer:
         bar.close()
         self.save_checkpoint()
         if c.save_model:
-            self.model.save_pretrained(self.out / "final")
-            self.tokenizer.save_pretrained(self.out / "final")
+            self.save_final_model()
         evals = [r for r in self.metrics.read() if "eval/accuracy" in r]
         summary = {"steps": self.step, "first_eval": evals[0] if evals else None,
                    "final_eval": evals[-1] if evals else None, "totals": self.totals}
