@@ -240,6 +240,31 @@ def test_a_full_disk_at_the_final_model_says_so_and_the_same_command_writes_it(t
     assert (out / "final" / "config.json").is_file() and again.step == 2
 
 
+def test_a_disk_too_small_for_a_checkpoint_is_refused_before_the_first_step(tmp_path, monkeypatch):
+    """The free space is checked against the checkpoint's size (weights and AdamW's two moments, and the weights
+    again for save_model) before any step: one line naming out_dir and both sizes; nothing trained."""
+    import collections
+    import shutil
+
+    from rlcurate.errors import UserError
+    from rlcurate.models import load_policy
+
+    model, _ = load_policy(str(CHECKPOINT), device="cpu", dtype="fp32")
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    usage = collections.namedtuple("usage", "total used free")
+    out = tmp_path / "run"
+    for save_model, need in ((False, 3 * weights), (True, 4 * weights)):
+        cfg = {**_config(out), "steps": 1, "eval_every": 0, "save_model": save_model}
+        monkeypatch.setattr(shutil, "disk_usage", lambda path, free=need - 1: usage(10 * need, 0, free))
+        with pytest.raises(UserError, match=rf"{re.escape(str(out))}: 0\.\d\d GiB free there, but a checkpoint of "
+                                            rf"this run takes {3 * weights / 2**30:.2f} GiB \(the weights and "
+                                            r"AdamW's two moments\)" + (" and" if save_model else "; free some")):
+            Trainer(TrainConfig.from_dict(cfg))
+        assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text()
+        monkeypatch.setattr(shutil, "disk_usage", lambda path, free=need: usage(10 * need, 0, free))
+        assert Trainer(TrainConfig.from_dict(cfg)).step == 0  # exactly enough is enough
+
+
 def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):
     """Regression: such a step used to re-apply the previous step's gradient (found in chapter 5)."""
     import torch

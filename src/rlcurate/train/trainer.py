@@ -182,6 +182,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self._check_disk()
         self.policy = LMPolicy(self.model, tokenizer, self.engine, config, self.optimizer, self.scheduler,
                                ref_model=self.ref_model, autocast=self.autocast)
         if config.micro_batch_memory_gib > 0:  # micro-batches sized from a memory budget (appendix A1)
@@ -394,6 +395,21 @@ class Trainer:
             raise UserError(f"{self.out}: could not write the final model ({reason}; {self._free_mib():.0f} MiB free "
                             f"there): the checkpoint at step {self.step} is kept; free some space and run the same "
                             f"command to write it") from None
+
+    def _check_disk(self) -> None:
+        """Refuse, before the first step, a run whose checkpoint cannot fit where it goes: the weights and AdamW's
+        two moments (``torch.save`` writes them whole; the previous checkpoint is removed only after the new one
+        is written), plus the weights again for ``save_model``. Otherwise the run would stop at its first
+        checkpoint having trained for nothing since the last one."""
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        moments = 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        need = weights + moments + (weights if self.config.save_model else 0)
+        free = shutil.disk_usage(self.out).free
+        if free < need:
+            final = f" and {weights / 2**30:.2f} GiB for the final model (save_model)" if self.config.save_model else ""
+            raise UserError(f"{self.out}: {free / 2**30:.2f} GiB free there, but a checkpoint of this run takes "
+                            f"{(weights + moments) / 2**30:.2f} GiB (the weights and AdamW's two moments){final}; "
+                            f"free some space or choose another out_dir")
 
     def _free_mib(self) -> float:
         return shutil.disk_usage(self.out).free / 2**20
