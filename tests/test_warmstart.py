@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -152,6 +153,36 @@ def test_smoke_run_writes_every_file(tmp_path):
     argv = command.split()[3:]
     assert ws.config_from_args(ws.build_parser().parse_args(argv)) == ws.config_from_args(
         ws.build_parser().parse_args(["--out", str(out), "--seed", "3", *SMOKE]))
+
+
+def test_a_full_disk_at_a_stage_is_one_line_naming_the_stages_kept(tmp_path, monkeypatch, capsys):
+    """safetensors' error on a full disk (as CI met it) while a stage is written: ``rlcurate warmstart`` says so
+    in one line, with the stages already written, and exits 2 without a traceback."""
+    from rlcurate.cli import main
+    from rlcurate.models.warmstart import training
+
+    class SafetensorError(Exception):  # safetensors' own type, by name (it is defined in Rust)
+        pass
+
+    real = training.save_tiny
+
+    def save_tiny(model, tokenizer, path, **info):
+        if info["stage"] == "late":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(model, tokenizer, path, **info)
+
+    monkeypatch.setattr(training, "save_tiny", save_tiny)
+    out = tmp_path / "run"
+    assert main(["warmstart", "--out", str(out), "--save-at", "early=2,late=4", "--no-hint-eval", *SMOKE]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = [line for line in err.strip().splitlines() if not line.startswith("step ")]  # the evaluations' log
+    assert len(err) == 1 and re.fullmatch(
+        re.escape(f"rlcurate warmstart: error: {out / 'late'}: could not write stage 'late' at step 4 (Error while "
+                  "serializing: I/O error: No space left on device (os error 28); ") + r"\d+" + re.escape(
+            " MiB free there): the stages written before are kept: 'early' (step 2); free some space and run the same "
+            "command with --force (it trains again)"), err[0]), err
+    assert (out / "early" / "model.safetensors").is_file()
 
 
 def test_same_seed_gives_identical_weights(tmp_path):

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlcurate.errors import UserError, write_failure
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer, count_params, save_tiny
 from rlcurate.models.warmstart.config import MAX_MIXED, WarmStartConfig
 from rlcurate.models.warmstart.data import BUCKETS, make_batches
@@ -114,14 +116,23 @@ class _Run:
             log.append({"step": step, "hint_eval": hints, "wall_s": round(wall, 2)})
             self.log.append(log[-1])
         path = self.out / name if name else self.out
-        save_tiny(self.model, self.tokenizer, path, stage=name or None, step=step, seed=cfg.seed,
-                  wall_s=round(wall, 1), eval=summary)
         record = {**dataclasses.asdict(cfg), "stage": name or None, "stage_step": step, "command": self.command,
                   "n_params": self.n_params}
-        (path / "train_config.json").write_text(json.dumps(record, indent=2) + "\n")
-        (path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-        write_readme(path, command=self.command, cfg=cfg, stage=name or None, step=step, wall_s=wall,
-                      summary=summary, n_params=self.n_params, hints=hints)
+        try:
+            save_tiny(self.model, self.tokenizer, path, stage=name or None, step=step, seed=cfg.seed,
+                      wall_s=round(wall, 1), eval=summary)
+            (path / "train_config.json").write_text(json.dumps(record, indent=2) + "\n")
+            (path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+            write_readme(path, command=self.command, cfg=cfg, stage=name or None, step=step, wall_s=wall,
+                         summary=summary, n_params=self.n_params, hints=hints)
+        except Exception as exc:
+            if (reason := write_failure(exc)) is None:
+                raise
+            free = shutil.disk_usage(self.out).free / 2**20
+            kept = ", ".join(f"{n!r} (step {s['step']})" for n, s in self.stages.items()) or "none"
+            raise UserError(f"{path}: could not write stage {name or 'final'!r} at step {step} ({reason}; {free:.0f} "
+                            f"MiB free there): the stages written before are kept: {kept}; free some space and run "
+                            f"the same command with --force (it trains again)") from None
         self.stages[name or "final"] = {"step": step, "path": str(path), "wall_s": round(wall, 1),
                                         "eval": summary, "hint_eval": hints}
 
