@@ -357,6 +357,37 @@ def test_a_dry_run_checkpoint_is_rebuilt_when_its_architecture_changes(monkeypat
     assert json.loads((second / "config.json").read_text())["intermediate_size"] == 1234
 
 
+def test_a_full_disk_while_the_random_checkpoint_is_written_is_one_line(monkeypatch, tmp_path):
+    """safetensors' error on a full disk (as CI met it) while a dry run writes its random-weight checkpoint: one
+    line naming the folder, the model, the checkpoint's size and the free space; the cache keeps no half-written
+    folder."""
+    import transformers
+
+    from rlcurate.errors import UserError
+    from rlcurate.models import dry_run
+
+    class SafetensorError(Exception):  # safetensors' own type, by name (it is defined in Rust)
+        pass
+
+    def full(self, folder, *args, **kwargs):
+        (Path(folder) / "model.safetensors").write_bytes(b"part of a model")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    monkeypatch.setenv("RLCURATE_TOKENIZER_DIR", str(tok))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(dry_run, "DRY_RUN_LAYERS", 1)
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full)
+    with pytest.raises(UserError, match=r"could not write the random checkpoint of Qwen/Qwen2\.5-0\.5B-Instruct \(Error "
+                                        r"while serializing: I/O error: No space left on device \(os error 28\)\): it "
+                                        r"takes 0\.\d\d GiB and \d+\.\d\d GiB are free there; free some space or "
+                                        r"set TMPDIR to a larger disk"):
+        dry_run.dry_run_checkpoint("Qwen/Qwen2.5-0.5B-Instruct")
+    assert not list(tmp_path.glob("rlcurate_dryrun_*"))
+
+
 def test_the_chapters_gpu_runs_are_built_from_one_declaration(tmp_path):
     """rlcurate.book.gpu_runs: what the chapters' GPU cells train and appendix A1 plans, per profile."""
     from rlcurate.book import CHAPTER_GPU_RUNS, chapter_gpu_configs

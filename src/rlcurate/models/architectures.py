@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rlcurate.errors import UserError, write_failure
+
 __all__ = ["ARCHITECTURES", "architecture", "hf_config", "random_checkpoint"]
 
 _QWEN2_COMMON = dict(model_type="qwen2", vocab_size=151936, rms_norm_eps=1e-6, hidden_act="silu",
@@ -66,8 +68,17 @@ def random_checkpoint(model_id: str, folder, tokenizer_dir, seed: int = 0, **cha
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(hf_config(model_id, **changes), dtype=torch.bfloat16)
-    model.save_pretrained(folder)
-    for f in Path(tokenizer_dir).iterdir():
-        if f.is_file() and f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens")):
-            shutil.copy(f, folder / f.name)
+    try:
+        model.save_pretrained(folder)
+        for f in Path(tokenizer_dir).iterdir():
+            if f.is_file() and f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens")):
+                shutil.copy(f, folder / f.name)
+    except Exception as exc:
+        if (reason := write_failure(exc)) is None:
+            raise
+        size = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+        free = shutil.disk_usage(folder).free / 2**30
+        raise UserError(f"{folder}: could not write the random checkpoint of {model_id} ({reason}): it takes "
+                        f"{size:.2f} GiB and {free:.2f} GiB are free there; free some space or set TMPDIR to a "
+                        f"larger disk") from None
     return folder

@@ -41,9 +41,10 @@ def dry_run_checkpoint(model_id: str) -> Path:
         partial = Path(tempfile.mkdtemp(prefix=folder.name + "_", dir=folder.parent))
         try:
             random_checkpoint(model_id, partial, tokenizer, num_hidden_layers=DRY_RUN_LAYERS)
-            partial.rename(folder)
-        except OSError:  # built meanwhile by another process
-            pass
+            try:
+                partial.rename(folder)
+            except OSError:  # built meanwhile by another process
+                pass
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return folder
