@@ -240,9 +240,10 @@ def test_a_full_disk_at_the_final_model_says_so_and_the_same_command_writes_it(t
     assert (out / "final" / "config.json").is_file() and again.step == 2
 
 
-def test_a_disk_too_small_for_a_checkpoint_is_refused_before_the_first_step(tmp_path, monkeypatch):
-    """The free space is checked against the checkpoint's size (weights and AdamW's two moments, and the weights
-    again for save_model) before any step: one line naming out_dir and both sizes; nothing trained."""
+def test_a_disk_too_small_for_the_checkpoints_is_refused_before_the_first_step(tmp_path, monkeypatch):
+    """The free space is checked against the run's checkpoints (weights and AdamW's two moments; two of them while
+    one replaces the other, one for a run that saves only at its end or resumes beside its checkpoint) and the
+    final model (save_model), before any step: one line naming out_dir and the sizes; nothing trained."""
     import collections
     import shutil
 
@@ -251,18 +252,32 @@ def test_a_disk_too_small_for_a_checkpoint_is_refused_before_the_first_step(tmp_
 
     model, _ = load_policy(str(CHECKPOINT), device="cpu", dtype="fp32")
     weights = sum(p.numel() * 4 for p in model.parameters())
+    checkpoint = 3 * weights
     usage = collections.namedtuple("usage", "total used free")
+    gib = lambda n: re.escape(f"{n / 2**30:.2f} GiB")  # noqa: E731
     out = tmp_path / "run"
-    for save_model, need in ((False, 3 * weights), (True, 4 * weights)):
-        cfg = {**_config(out), "steps": 1, "eval_every": 0, "save_model": save_model}
+    cases = [({"steps": 1, "checkpoint_every": 2}, checkpoint, "one, at the end"),
+             ({"steps": 4, "checkpoint_every": 2}, 2 * checkpoint, "two while one replaces the other"),
+             ({"steps": 4, "checkpoint_every": 0, "save_model": True}, checkpoint + weights, "one, at the end, and "
+              + f"{weights / 2**30:.2f} GiB for the final model \\(save_model\\)")]
+    for changes, need, why in cases:
+        cfg = {**_config(out), "eval_every": 0, **changes}
         monkeypatch.setattr(shutil, "disk_usage", lambda path, free=need - 1: usage(10 * need, 0, free))
-        with pytest.raises(UserError, match=rf"{re.escape(str(out))}: 0\.\d\d GiB free there, but a checkpoint of "
-                                            rf"this run takes {3 * weights / 2**30:.2f} GiB \(the weights and "
-                                            r"AdamW's two moments\)" + (" and" if save_model else "; free some")):
+        with pytest.raises(UserError, match=rf"{re.escape(str(out))}: {gib(need - 1)} free there, but this run needs "
+                                            rf"{gib(need)}: checkpoints of {gib(checkpoint)} \(the weights and "
+                                            rf"AdamW's two moments\), {why}; free some space or choose another out_dir"):
             Trainer(TrainConfig.from_dict(cfg))
         assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text()
         monkeypatch.setattr(shutil, "disk_usage", lambda path, free=need: usage(10 * need, 0, free))
         assert Trainer(TrainConfig.from_dict(cfg)).step == 0  # exactly enough is enough
+    monkeypatch.undo()
+    cfg = {**_config(out), "eval_every": 0, "steps": 4, "checkpoint_every": 2}
+    Trainer(TrainConfig.from_dict({**cfg, "steps": 2})).run()  # leaves a checkpoint at step 2
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * checkpoint, 0, checkpoint))
+    assert Trainer(TrainConfig.from_dict(cfg)).step == 2  # resumed: one more checkpoint is enough
+    with pytest.raises(UserError, match="one beside the checkpoint on disk"):
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * checkpoint, 0, checkpoint - 1))
+        Trainer(TrainConfig.from_dict(cfg))
 
 
 def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):

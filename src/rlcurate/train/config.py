@@ -284,12 +284,17 @@ class TrainConfig:
             data["model"] = _beside(data["model"], Path(path))
         return cls.from_dict(data, source=source)
 
+    @property
+    def planned_steps(self) -> int:
+        """The steps a uniform run of this config takes: ``steps``, or fewer when ``max_rollouts`` stops it first."""
+        return self.steps if not self.max_rollouts else min(
+            self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
+
     def warmup_note(self) -> str | None:
         """Why the warm-up cannot finish, or ``None``: ``warmup_steps`` at or past the steps the run takes
-        (``steps``, or fewer when ``max_rollouts`` stops a uniform run first), so the rate never reaches ``lr``.
-        A warning, not an error: a short trial of a long config (a chapter's dry run) cuts the steps on purpose."""
-        steps = self.steps if not self.max_rollouts else min(
-            self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
+        (:attr:`planned_steps`), so the rate never reaches ``lr``. A warning, not an error: a short trial of a
+        long config (a chapter's dry run) cuts the steps on purpose."""
+        steps = self.planned_steps
         if not self.warmup_steps or self.warmup_steps < steps:
             return None
         return (f"warmup_steps ({self.warmup_steps}) is not fewer than the run's steps ({steps}"

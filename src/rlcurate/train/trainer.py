@@ -397,19 +397,26 @@ class Trainer:
                             f"command to write it") from None
 
     def _check_disk(self) -> None:
-        """Refuse, before the first step, a run whose checkpoint cannot fit where it goes: the weights and AdamW's
-        two moments (``torch.save`` writes them whole; the previous checkpoint is removed only after the new one
-        is written), plus the weights again for ``save_model``. Otherwise the run would stop at its first
-        checkpoint having trained for nothing since the last one."""
+        """Refuse, before the first step, a run whose checkpoints cannot fit where they go. A checkpoint holds the
+        weights and AdamW's two moments (``torch.save`` writes them whole), and the previous one is removed only
+        after the next is written, so a fresh run that saves more than once needs two, a resumed run (whose
+        checkpoint is on disk already) or one that saves only at its end one; ``save_model`` adds the weights once
+        more. Otherwise the run would stop at a checkpoint having trained for nothing since the last one."""
+        c = self.config
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        moments = 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
-        need = weights + moments + (weights if self.config.save_model else 0)
+        checkpoint = weights + 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        resumed = c.resume and any((self.out / n).exists() for n in ("checkpoint", "checkpoint.old"))
+        copies = 1 if resumed or not c.checkpoint_every or c.checkpoint_every > c.planned_steps else 2
+        need = copies * checkpoint + (weights if c.save_model else 0)
         free = shutil.disk_usage(self.out).free
         if free < need:
-            final = f" and {weights / 2**30:.2f} GiB for the final model (save_model)" if self.config.save_model else ""
-            raise UserError(f"{self.out}: {free / 2**30:.2f} GiB free there, but a checkpoint of this run takes "
-                            f"{(weights + moments) / 2**30:.2f} GiB (the weights and AdamW's two moments){final}; "
-                            f"free some space or choose another out_dir")
+            gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+            why = ("two while one replaces the other" if copies == 2 else
+                   "one beside the checkpoint on disk" if resumed else "one, at the end")
+            final = f", and {gib(weights)} for the final model (save_model)" if c.save_model else ""
+            raise UserError(f"{self.out}: {gib(free)} free there, but this run needs {gib(need)}: checkpoints of "
+                            f"{gib(checkpoint)} (the weights and AdamW's two moments), {why}{final}; free some space "
+                            f"or choose another out_dir")
 
     def _free_mib(self) -> float:
         return shutil.disk_usage(self.out).free / 2**20
