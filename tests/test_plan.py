@@ -249,6 +249,35 @@ def test_dry_run_refuses_an_unknown_model_before_building_anything(tmp_path, cap
     assert not (tmp_path / "checkpoint").exists()
 
 
+@pytest.mark.parametrize("overrides", [["checkpoint_every=1", "save_model=false"], ["checkpoint_every=0", "save_model=true"]],
+                         ids=["two-checkpoints", "one-and-final-model"])
+def test_the_plans_disk_is_what_the_trainer_checks(tmp_path, monkeypatch, one_thread, overrides):
+    """``rlcurate plan``'s disk line is the space the trainer refuses to start without: one byte less is refused,
+    exactly that much is enough."""
+    import collections
+    import shutil
+
+    from rlcurate.errors import UserError
+    from rlcurate.plan import plan_config
+    from rlcurate.train import Trainer
+
+    config = TrainConfig.load(REPO / "configs" / "tiny_uniform.yaml", [
+        "steps=2", "eval_every=0", "progress=false", "threads=1", f"out_dir={tmp_path / 'run'}", *overrides])
+    arch = json.loads((REPO / config.model / "config.json").read_text())
+    from transformers import AutoConfig
+
+    plan = plan_config(config, prompt_tokens=(8, 12, 16), arch_config=AutoConfig.for_model(arch.pop("model_type"), **arch))
+    need = plan.disk_bytes["total"]
+    assert plan.disk_bytes["checkpoints"] == (1 if "checkpoint_every=0" in overrides else 2) * 12 * plan.params
+    assert "disk: " in plan.describe() and ("final model" in plan.describe()) == ("save_model=true" in overrides)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * need, 0, need - 1))
+    with pytest.raises(UserError, match="free there, but this run needs"):
+        Trainer(config)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * need, 0, need))
+    assert Trainer(config).step == 0
+
+
 def test_micro_batches_sized_from_a_memory_budget(tmp_path, one_thread):
     """``micro_batch_memory_gib``: the trainer's micro-batches hold the most tokens whose activations
     (with the planner's margin) fit the budget; the saved config keeps micro_batch_tokens as given (a

@@ -290,6 +290,12 @@ class TrainConfig:
         return self.steps if not self.max_rollouts else min(
             self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
 
+    def checkpoints_held(self, resumed: bool = False) -> int:
+        """How many checkpoints a run of this config holds on disk at once: the previous one is removed only after
+        the next is written, so two for a fresh run that saves more than once; one for a run that saves only at
+        its end, or that resumes beside its checkpoint (``resumed``, already on disk: one more)."""
+        return 1 if resumed or not self.checkpoint_every or self.checkpoint_every > self.planned_steps else 2
+
     def warmup_note(self) -> str | None:
         """Why the warm-up cannot finish, or ``None``: ``warmup_steps`` at or past the steps the run takes
         (:attr:`planned_steps`), so the rate never reaches ``lr``. A warning, not an error: a short trial of a

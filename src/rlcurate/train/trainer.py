@@ -397,16 +397,15 @@ class Trainer:
                             f"command to write it") from None
 
     def _check_disk(self) -> None:
-        """Refuse, before the first step, a run whose checkpoints cannot fit where they go. A checkpoint holds the
-        weights and AdamW's two moments (``torch.save`` writes them whole), and the previous one is removed only
-        after the next is written, so a fresh run that saves more than once needs two, a resumed run (whose
-        checkpoint is on disk already) or one that saves only at its end one; ``save_model`` adds the weights once
-        more. Otherwise the run would stop at a checkpoint having trained for nothing since the last one."""
+        """Refuse, before the first step, a run whose checkpoints cannot fit where they go: each holds the weights
+        and AdamW's two moments (``torch.save`` writes them whole), :meth:`TrainConfig.checkpoints_held` of them at
+        once, and ``save_model`` adds the weights once more. Otherwise the run would stop at a checkpoint having
+        trained for nothing since the last one."""
         c = self.config
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         checkpoint = weights + 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
         resumed = c.resume and any((self.out / n).exists() for n in ("checkpoint", "checkpoint.old"))
-        copies = 1 if resumed or not c.checkpoint_every or c.checkpoint_every > c.planned_steps else 2
+        copies = c.checkpoints_held(resumed)
         need = copies * checkpoint + (weights if c.save_model else 0)
         free = shutil.disk_usage(self.out).free
         if free < need:
