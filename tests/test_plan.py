@@ -267,8 +267,9 @@ def test_the_plans_disk_is_what_the_trainer_checks(tmp_path, monkeypatch, one_th
     from transformers import AutoConfig
 
     plan = plan_config(config, prompt_tokens=(8, 12, 16), arch_config=AutoConfig.for_model(arch.pop("model_type"), **arch))
-    need = plan.disk_bytes["total"]
-    assert plan.disk_bytes["checkpoints"] == (1 if "checkpoint_every=0" in overrides else 2) * 12 * plan.params
+    need, checkpoint, _ = plan.disk
+    assert checkpoint == 12 * plan.params
+    assert need == (2 * checkpoint if "checkpoint_every=1" in overrides else checkpoint + 4 * plan.params)
     assert "disk: " in plan.describe() and ("final model" in plan.describe()) == ("save_model=true" in overrides)
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * need, 0, need - 1))

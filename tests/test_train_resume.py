@@ -240,26 +240,30 @@ def test_a_full_disk_at_the_final_model_says_so_and_the_same_command_writes_it(t
     assert (out / "final" / "config.json").is_file() and again.step == 2
 
 
+def _sizes(model) -> tuple[int, int]:
+    """(one checkpoint, the weights) in bytes, as the trainer counts them."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return 3 * weights, weights
+
+
 def test_a_disk_too_small_for_the_checkpoints_is_refused_before_the_first_step(tmp_path, monkeypatch):
-    """The free space is checked against the run's checkpoints (weights and AdamW's two moments; two of them while
-    one replaces the other, one for a run that saves only at its end or resumes beside its checkpoint) and the
-    final model (save_model), before any step: one line naming out_dir and the sizes; nothing trained."""
+    """The free space is checked against the most the run's checkpoints and final model hold at once
+    (TrainConfig.out_dir_need) before any step: one line naming out_dir, the sizes and why; nothing trained;
+    exactly enough is enough; an earlier run's checkpoints that a fresh run removes count as free."""
     import collections
     import shutil
 
     from rlcurate.errors import UserError
     from rlcurate.models import load_policy
 
-    model, _ = load_policy(str(CHECKPOINT), device="cpu", dtype="fp32")
-    weights = sum(p.numel() * 4 for p in model.parameters())
-    checkpoint = 3 * weights
+    checkpoint, weights = _sizes(load_policy(str(CHECKPOINT), device="cpu", dtype="fp32")[0])
     usage = collections.namedtuple("usage", "total used free")
     gib = lambda n: re.escape(f"{n / 2**30:.2f} GiB")  # noqa: E731
     out = tmp_path / "run"
-    cases = [({"steps": 1, "checkpoint_every": 2}, checkpoint, "one, at the end"),
-             ({"steps": 4, "checkpoint_every": 2}, 2 * checkpoint, "two while one replaces the other"),
-             ({"steps": 4, "checkpoint_every": 0, "save_model": True}, checkpoint + weights, "one, at the end, and "
-              + f"{weights / 2**30:.2f} GiB for the final model \\(save_model\\)")]
+    cases = [({"steps": 1, "checkpoint_every": 2, "save_model": False}, checkpoint, "one at the end"),
+             ({"steps": 4, "checkpoint_every": 2, "save_model": True}, 2 * checkpoint, "two while one replaces the other"),
+             ({"steps": 2, "checkpoint_every": 2, "save_model": True}, checkpoint + weights,
+              "one at the end, and " + gib(weights) + r" for the final model \(save_model\)")]
     for changes, need, why in cases:
         cfg = {**_config(out), "eval_every": 0, **changes}
         monkeypatch.setattr(shutil, "disk_usage", lambda path, free=need - 1: usage(10 * need, 0, free))
@@ -271,13 +275,49 @@ def test_a_disk_too_small_for_the_checkpoints_is_refused_before_the_first_step(t
         monkeypatch.setattr(shutil, "disk_usage", lambda path, free=need: usage(10 * need, 0, free))
         assert Trainer(TrainConfig.from_dict(cfg)).step == 0  # exactly enough is enough
     monkeypatch.undo()
-    cfg = {**_config(out), "eval_every": 0, "steps": 4, "checkpoint_every": 2}
+    cfg = {**_config(out), "eval_every": 0, "steps": 4, "checkpoint_every": 2, "save_model": False}
     Trainer(TrainConfig.from_dict({**cfg, "steps": 2})).run()  # leaves a checkpoint at step 2
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * checkpoint, 0, checkpoint))
     assert Trainer(TrainConfig.from_dict(cfg)).step == 2  # resumed: one more checkpoint is enough
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * checkpoint, 0, checkpoint - 1))
     with pytest.raises(UserError, match="one beside the checkpoint on disk"):
-        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * checkpoint, 0, checkpoint - 1))
         Trainer(TrainConfig.from_dict(cfg))
+    # a fresh run (resume=false) removes the earlier checkpoint first: its space counts as free
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(
+        10 * checkpoint, 0, 2 * checkpoint - ((out / "checkpoint").exists() and checkpoint)))
+    assert Trainer(TrainConfig.from_dict({**cfg, "resume": False})).step == 0
+
+
+@pytest.mark.parametrize("changes", [{"steps": 4, "checkpoint_every": 2}, {"steps": 2, "checkpoint_every": 2},
+                                     {"steps": 3, "checkpoint_every": 0}, "resumed"],
+                         ids=["saves-before-the-end", "saves-at-the-end", "never-before-the-end", "resumed"])
+def test_the_disk_check_is_the_runs_measured_peak(tmp_path, monkeypatch, changes):
+    """What TrainConfig.out_dir_need says a run adds to out_dir at once is what it does: the bytes of every
+    checkpoint and final-model file, measured after each write, peak within 3 % of it (save_model on)."""
+    import torch
+
+    out = tmp_path / "run"
+    cfg = {**_config(out), "eval_every": 0, "save_model": True, "steps": 4, "checkpoint_every": 2}
+    resumed = changes == "resumed"
+    if resumed:
+        Trainer(TrainConfig.from_dict({**cfg, "steps": 2, "save_model": False})).run()
+    else:
+        cfg.update(changes)
+
+    def held() -> int:
+        folders = [out / n for n in ("checkpoint", "checkpoint.tmp", "checkpoint.old", "final")]
+        return sum(f.stat().st_size for d in folders if d.exists() for f in d.rglob("*") if f.is_file())
+
+    before, sizes = held(), []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (real_save(*a, **k), sizes.append(held()))[0])
+    tr = Trainer(TrainConfig.from_dict(cfg))
+    real_export = tr.save_final_model
+    monkeypatch.setattr(tr, "save_final_model", lambda: (real_export(), sizes.append(held()))[0])
+    tr.run()
+    checkpoint, weights = _sizes(tr.model)
+    need, _ = tr.config.out_dir_need(checkpoint, weights, resumed)
+    assert sizes and need <= max(sizes) - before <= 1.03 * need, (need, max(sizes) - before, sizes)
 
 
 def test_a_step_with_only_uniform_groups_leaves_the_model_unchanged(tmp_path):

@@ -155,9 +155,11 @@ def test_smoke_run_writes_every_file(tmp_path):
         ws.build_parser().parse_args(["--out", str(out), "--seed", "3", *SMOKE]))
 
 
-def test_a_full_disk_at_a_stage_is_one_line_naming_the_stages_kept(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("stage", ["late", None], ids=["a-named-stage", "the-final-one"])
+def test_a_full_disk_at_a_stage_is_one_line_naming_the_stages_kept(tmp_path, monkeypatch, capsys, stage):
     """safetensors' error on a full disk (as CI met it) while a stage is written: ``rlcurate warmstart`` says so
-    in one line, with the stages already written, and exits 2 without a traceback."""
+    in one line, with the stages already written, and exits 2 without a traceback; what was written of the stage
+    no longer loads as a checkpoint (without stages the model goes to --out itself, which is kept)."""
     from rlcurate.cli import main
     from rlcurate.models.warmstart import training
 
@@ -167,22 +169,28 @@ def test_a_full_disk_at_a_stage_is_one_line_naming_the_stages_kept(tmp_path, mon
     real = training.save_tiny
 
     def save_tiny(model, tokenizer, path, **info):
-        if info["stage"] == "late":
+        if info["stage"] == stage:  # save_pretrained writes config.json before the weights
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "config.json").write_text("{}")
+            (path / "model.safetensors").write_bytes(b"part of a model")
             raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
         return real(model, tokenizer, path, **info)
 
     monkeypatch.setattr(training, "save_tiny", save_tiny)
     out = tmp_path / "run"
-    assert main(["warmstart", "--out", str(out), "--save-at", "early=2,late=4", "--no-hint-eval", *SMOKE]) == 2
+    save_at = ["--save-at", "early=2,late=4"] if stage else []  # no stages: the model goes to --out itself
+    assert main(["warmstart", "--out", str(out), *save_at, "--no-hint-eval", *SMOKE]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     err = [line for line in err.strip().splitlines() if not line.startswith("step ")]  # the evaluations' log
+    path = out / stage if stage else out
     assert len(err) == 1 and re.fullmatch(
-        re.escape(f"rlcurate warmstart: error: {out / 'late'}: could not write stage 'late' at step 4 (Error while "
-                  "serializing: I/O error: No space left on device (os error 28); ") + r"\d+" + re.escape(
-            " MiB free there): the stages written before are kept: 'early' (step 2); free some space and run the same "
-            "command with --force (it trains again)"), err[0]), err
-    assert (out / "early" / "model.safetensors").is_file()
+        re.escape(f"rlcurate warmstart: error: {path}: could not write stage {stage or 'final'!r} at step 4 (Error "
+                  "while serializing: I/O error: No space left on device (os error 28); ") + r"\d+" + re.escape(
+            " MiB free there): the stages written before are kept: " + ("'early' (step 2)" if stage else "none")
+            + "; free some space and run the same command with --force (it trains again)"), err[0]), err
+    assert not stage or (out / "early" / "model.safetensors").is_file()
+    assert out.is_dir() and not (path / "config.json").exists() and not (path / "model.safetensors").exists()
 
 
 def test_same_seed_gives_identical_weights(tmp_path):

@@ -128,10 +128,10 @@ class Plan:
     seconds: dict[str, float]
     advice: list[str] = field(default_factory=list)
     assumptions: dict[str, Any] = field(default_factory=dict)
-    disk_bytes: dict[str, float] = field(default_factory=dict)
-    """On the run's disk: ``checkpoint`` (fp32 weights and AdamW's two moments), ``checkpoints`` (those held at
-    once), ``final_model`` (fp32 weights, for ``save_model``) and ``total``: the check the trainer makes before its
-    first step."""
+    disk: tuple[float, float, str] = (0.0, 0.0, "")
+    """``(bytes, checkpoint bytes, why)``: the most disk the run adds to ``out_dir`` at once, one checkpoint (fp32
+    weights and AdamW's two moments) and why (:meth:`~rlcurate.train.config.TrainConfig.out_dir_need`, the check
+    the trainer makes before its first step)."""
 
     @property
     def fits(self) -> bool:
@@ -150,11 +150,9 @@ class Plan:
                  f"training per step, {self.seconds['eval_each']:.0f} s per evaluation; {self.gpu_hours:.1f} GPU-hours "
                  f"in all ({self.assumptions['rollouts']:,} rollouts, {self.assumptions['steps']} steps, "
                  f"{self.assumptions['evaluations']} evaluations)"]
-        if self.disk_bytes:
-            d = {k: v / GiB for k, v in self.disk_bytes.items()}
-            lines.append(f"  disk: {d['total']:.1f} GiB for out_dir ({d['checkpoints']:.1f} GiB of checkpoints, "
-                         f"{d['checkpoint']:.1f} GiB each: fp32 weights and AdamW's two moments"
-                         + (f"; {d['final_model']:.1f} GiB for the final model" if d["final_model"] else "") + ")")
+        if self.disk[0]:
+            lines.append(f"  disk: {self.disk[0] / GiB:.1f} GiB for out_dir at its fullest (checkpoints of "
+                         f"{self.disk[1] / GiB:.1f} GiB, fp32 weights and AdamW's two moments: {self.disk[2]})")
         lines += [f"  turn: {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -255,11 +253,9 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
                "total": total_steps * (gen_step + train_s) + n_evals * eval_each}
 
     checkpoint = 3 * 4 * n  # the trainer's fp32 master weights and AdamW's two moments
-    disk = {"checkpoint": checkpoint, "checkpoints": config.checkpoints_held() * checkpoint,
-            "final_model": 4 * n if config.save_model else 0}
-    disk["total"] = disk["checkpoints"] + disk["final_model"]
+    disk_need, disk_why = config.out_dir_need(checkpoint, 4 * n)
     plan = Plan(config=name or config.model, gpu=gpu, params=n, memory=memory, peak_bytes=peak,
-                capacity_bytes=card["memory"], seconds=seconds, disk_bytes=disk,
+                capacity_bytes=card["memory"], seconds=seconds, disk=(disk_need, checkpoint, disk_why),
                 assumptions={"prompt_tokens": [p_min, p_mean, p_max],
                              "micro_batch_tokens": mb_tokens, "micro_batch_rows": rows,
                              "generation_rows": gen_rows, "rollouts": rollouts,

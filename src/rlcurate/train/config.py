@@ -290,11 +290,22 @@ class TrainConfig:
         return self.steps if not self.max_rollouts else min(
             self.steps, math.ceil(self.max_rollouts / (self.prompts_per_step * self.group_size)))
 
-    def checkpoints_held(self, resumed: bool = False) -> int:
-        """How many checkpoints a run of this config holds on disk at once: the previous one is removed only after
-        the next is written, so two for a fresh run that saves more than once; one for a run that saves only at
-        its end, or that resumes beside its checkpoint (``resumed``, already on disk: one more)."""
-        return 1 if resumed or not self.checkpoint_every or self.checkpoint_every > self.planned_steps else 2
+    def out_dir_need(self, checkpoint: int, weights: int, resumed: bool = False) -> tuple[int, str]:
+        """``(bytes, why)``: the most disk a run of this config adds to ``out_dir`` at once, for checkpoints of
+        ``checkpoint`` bytes and a final model of ``weights`` bytes (``save_model``). The previous checkpoint is
+        removed only after the next is written, and before the final model is: a fresh run that saves before
+        its end peaks at two checkpoints, one that saves only at its end at one checkpoint and the final model,
+        a resumed run (its checkpoint on disk already) at one more checkpoint (a checkpoint holds the weights and
+        more). Whether a run saves before its end is read from :attr:`planned_steps`, a uniform run's steps: a
+        curator that spends more rollouts a step under ``max_rollouts`` may take too few steps to, and then
+        needs less than this says."""
+        if resumed:
+            return checkpoint, "one beside the checkpoint on disk"
+        if self.checkpoint_every and self.checkpoint_every < self.planned_steps:
+            return 2 * checkpoint, "two while one replaces the other"
+        if self.save_model:
+            return checkpoint + weights, f"one at the end, and {weights / 2**30:.2f} GiB for the final model (save_model)"
+        return checkpoint, "one at the end"
 
     def warmup_note(self) -> str | None:
         """Why the warm-up cannot finish, or ``None``: ``warmup_steps`` at or past the steps the run takes

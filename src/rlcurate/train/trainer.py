@@ -182,7 +182,6 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self._check_disk()
         self.policy = LMPolicy(self.model, tokenizer, self.engine, config, self.optimizer, self.scheduler,
                                ref_model=self.ref_model, autocast=self.autocast)
         if config.micro_batch_memory_gib > 0:  # micro-batches sized from a memory budget (appendix A1)
@@ -210,6 +209,7 @@ class Trainer:
         else:
             self._own_folder()
             self.metrics.truncate(0)
+        self._check_disk()  # after an earlier run's checkpoints are removed: their space is free
         config.save(self.out / "config.json")
         if config.warmup_note():
             log.warning("%s", config.warmup_note())
@@ -398,24 +398,18 @@ class Trainer:
 
     def _check_disk(self) -> None:
         """Refuse, before the first step, a run whose checkpoints cannot fit where they go: each holds the weights
-        and AdamW's two moments (``torch.save`` writes them whole), :meth:`TrainConfig.checkpoints_held` of them at
-        once, and ``save_model`` adds the weights once more. Otherwise the run would stop at a checkpoint having
-        trained for nothing since the last one."""
-        c = self.config
+        and AdamW's two moments (``torch.save`` writes them whole), and :meth:`TrainConfig.out_dir_need` says how
+        many are on disk at once. Otherwise the run would stop at a checkpoint having trained for nothing since
+        the last one."""
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         checkpoint = weights + 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
-        resumed = c.resume and any((self.out / n).exists() for n in ("checkpoint", "checkpoint.old"))
-        copies = c.checkpoints_held(resumed)
-        need = copies * checkpoint + (weights if c.save_model else 0)
+        resumed = any((self.out / n).exists() for n in ("checkpoint", "checkpoint.old"))  # after _own_folder
+        need, why = self.config.out_dir_need(checkpoint, weights, resumed)
         free = shutil.disk_usage(self.out).free
         if free < need:
-            gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
-            why = ("two while one replaces the other" if copies == 2 else
-                   "one beside the checkpoint on disk" if resumed else "one, at the end")
-            final = f", and {gib(weights)} for the final model (save_model)" if c.save_model else ""
-            raise UserError(f"{self.out}: {gib(free)} free there, but this run needs {gib(need)}: checkpoints of "
-                            f"{gib(checkpoint)} (the weights and AdamW's two moments), {why}{final}; free some space "
-                            f"or choose another out_dir")
+            raise UserError(f"{self.out}: {free / 2**30:.2f} GiB free there, but this run needs {need / 2**30:.2f} GiB: "
+                            f"checkpoints of {checkpoint / 2**30:.2f} GiB (the weights and AdamW's two moments), {why}; "
+                            f"free some space or choose another out_dir")
 
     def _free_mib(self) -> float:
         return shutil.disk_usage(self.out).free / 2**20

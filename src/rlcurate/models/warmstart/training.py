@@ -128,6 +128,11 @@ class _Run:
         except Exception as exc:
             if (reason := write_failure(exc)) is None:
                 raise
+            if name:  # what was written of the stage would load as a checkpoint with truncated weights
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # --out itself (a run without stages), which may hold other files: those that make it a checkpoint
+                for f in ("config.json", "generation_config.json", "model.safetensors"):
+                    (path / f).unlink(missing_ok=True)
             free = shutil.disk_usage(self.out).free / 2**20
             kept = ", ".join(f"{n!r} (step {s['step']})" for n, s in self.stages.items()) or "none"
             raise UserError(f"{path}: could not write stage {name or 'final'!r} at step {step} ({reason}; {free:.0f} "
