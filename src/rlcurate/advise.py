@@ -297,6 +297,11 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
     suite = _sim_suite(group_size, oracle)
     val_rates = fit.sample(n_prompts, np.random.default_rng(1000))
     lr = {}
+
+    def unreached(**more) -> dict[str, Any]:  # uniform GRPO never reaches the target: no ratio to predict
+        return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET,
+                "world_prompts": n_prompts, "lr": lr, "seeds": seeds, **more}
+
     for arm, spec in sorted(suite["arms"].items(), key=lambda kv: kv[0] != "uniform"):  # uniform first
         setup = _sim_setup(val_rates, spec["group_size"], out_of_reach)
         scores = {}
@@ -305,9 +310,7 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
             scores[r] = _to_target(c, c["target"], rho, training)[0]
         lr[arm] = min(sorted(scores), key=lambda r: scores[r])  # ties go to the smaller rate
         if arm == "uniform" and not math.isfinite(scores[lr[arm]]):
-            return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET,
-                    "world_prompts": n_prompts,
-                    "lr": lr, "seeds": seeds}
+            return unreached()
     rollouts: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
     cost: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
     for s in range(seeds):
@@ -318,8 +321,7 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
             rollouts[arm][s], cost[arm][s] = _to_target(c, c["target"], rho, training)
     reached = sum(math.isfinite(v) for v in rollouts["uniform"].values())
     if reached == 0:  # every ratio would be the cap over the cap
-        return {"unreached": True, "close_gap": close_gap, "out_of_reach": out_of_reach, "budget_cap": SIM_BUDGET,
-                "world_prompts": n_prompts, "lr": lr, "seeds": seeds, "uniform_reached": 0}
+        return unreached(uniform_reached=0)
     cap_cost = SIM_BUDGET * (1 + rho)
     tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
               "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}
