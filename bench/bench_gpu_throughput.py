@@ -37,9 +37,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, header, summary, write_json  # noqa: E402
 
-from rlcurate.models.architectures import architecture, hf_config  # noqa: E402
+from rlcurate.models.architectures import architecture, hf_config, param_count  # noqa: E402
 from rlcurate.plan import kv_bytes_per_token as plan_kv_bytes_per_token  # noqa: E402
-from rlcurate.plan import param_count  # noqa: E402
 
 MODEL_ID = "Qwen/Qwen2.5-0.5B"  # its architecture: rlcurate.models.architectures
 QWEN25_05B_PARAMS = 494_032_768  # the published count (tied embeddings counted once)
@@ -61,7 +60,7 @@ def qwen_config(small: bool = False):
     return hf_config(MODEL_ID, **(small_fields if small else {}))
 
 
-count_params = param_count            # the planner's counts (rlcurate.plan), under the names A1 uses
+count_params = param_count            # the planner's counts (rlcurate.plan and its architectures), under A1's names
 kv_bytes_per_token = plan_kv_bytes_per_token
 
 

@@ -73,6 +73,22 @@ def test_runs_refuses_replay_zero_and_repeated_runs_seeds_or_jobs_below_one(caps
     assert not (tmp_path / "out").exists() and not (tmp_path / "scratch").exists()
 
 
+def test_runs_refuses_more_runs_at_a_time_than_the_scratch_disk_holds(capsys, tmp_path, monkeypatch):
+    """Each run checks its own room when it starts, but --jobs runs started together all see the same free
+    space: the suite is refused before any run when their checkpoints together cannot fit."""
+    import collections
+    import shutil
+
+    suite = str(REPO / "configs" / "suites" / "protocol.yaml")
+    argv = ["runs", "--suite", suite, "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "scratch"),
+            "--only", "uniform,dapo", "--seeds", "0", "--jobs", "2"]
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**40, 0, 2**20))
+    _refused(capsys, argv, f"--scratch {tmp_path / 'scratch'}: 0.00 GiB free there, but 2 runs at a time (--jobs 2) need",
+             "lower --jobs")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "scratch").exists()
+
+
 def test_advise_refuses_an_out_that_is_a_file_before_it_simulates(capsys, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("keep me\n")

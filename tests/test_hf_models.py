@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from rlcurate.models.architectures import model_parameters
 from rlcurate.models.hf import (
     CHATML_TEMPLATE,
     export_smollm2,
@@ -162,6 +163,7 @@ def _check_smollm2(tmp_path):
     model, tok = load_smollm2()
     assert (cache / "config.json").is_file() and (cache / "model.safetensors").is_file()
     assert model.dtype == torch.float32 and tok.padding_side == "left" and tok.pad_token == "<|im_end|>"
+    assert model_parameters("smollm2") == sum(p.numel() for p in model.parameters())  # known before the GGUF is read
 
     # digits are split one per token
     pieces = tok.convert_ids_to_tokens(tok("12345+678 apples").input_ids)

@@ -63,3 +63,67 @@ def test_suite_progress_says_what_changed_with_counts_and_an_eta(tmp_path):
     p.failed_run("b", 0, "exit 1")
     assert lines[-1].startswith("[done 1/4, running 0, failed 1, left 2, ETA 1m40s] FAILED b seed 0")
     assert log.read_text().splitlines() == lines
+
+
+def test_model_parameters_are_read_from_the_architecture_alone(tmp_path):
+    """What the suite's disk check counts: a checkpoint directory's config.json, a recorded Hub id (Qwen2.5-0.5B's
+    published 494,032,768), and None for a Hub id only loading would tell or a config transformers cannot read."""
+    from rlcurate.models import load_policy
+    from rlcurate.models.architectures import model_parameters
+
+    tiny = REPO / "data" / "tiny" / "spread"
+    model, _ = load_policy(str(tiny), device="cpu", dtype="fp32")
+    assert model_parameters(tiny) == sum(p.numel() for p in model.parameters())
+    assert model_parameters("Qwen/Qwen2.5-0.5B-Instruct") == 494_032_768
+    assert model_parameters("someone/unrecorded-model") is None
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}\n')
+    assert model_parameters(tmp_path) is None
+
+
+def test_the_scratch_folder_must_hold_the_checkpoints_of_the_runs_made_at_once(tmp_path, monkeypatch):
+    """Runs started together each see the same free space: the suite needs the sum of its `--jobs` largest runs'
+    (TrainConfig.out_dir_need with the planner's 12 bytes a parameter); exactly enough is enough; a run that
+    resumes adds one checkpoint; with --force the old folders about to be removed count as free."""
+    import collections
+    import shutil
+
+    import pytest
+
+    from rlcurate.errors import UserError
+    from rlcurate.experiments import _check_scratch_space, run_config
+    from rlcurate.models.architectures import model_parameters
+
+    suite = load_suite(REPO / "configs" / "suites" / "protocol.yaml")
+    scratch = tmp_path / "scratch"
+    runs = [(n, s, run_config(suite, n, s, scratch)) for s in (0, 1) for n in ("uniform", "dapo")]
+    checkpoint = 12 * model_parameters(runs[0][2].model)
+    need = 2 * checkpoint  # checkpoint_every 50 < the run's steps: two while one replaces the other
+    usage = collections.namedtuple("usage", "total used free")
+    free = {"bytes": 3 * need - 1}
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, free["bytes"]))
+    with pytest.raises(UserError, match=rf"^--scratch {scratch}: .* GiB free there, but 3 runs at a time \(--jobs 3\) "
+                                        r"need .* GiB for checkpoints \(run 'uniform' seed 0's: .* GiB each, two while "
+                                        r"one replaces the other\); free some space, lower --jobs or choose another"):
+        _check_scratch_space(runs, scratch, force=False, jobs=3)
+    _check_scratch_space(runs, scratch, force=False, jobs=2)
+    free["bytes"] = 3 * need
+    _check_scratch_space(runs, scratch, force=False, jobs=3)
+    with pytest.raises(UserError, match=r"4 runs at a time \(--jobs 8\)"):  # the suite's four runs, not eight
+        _check_scratch_space(runs, scratch, force=False, jobs=8)
+    free["bytes"] = 4 * need
+    _check_scratch_space(runs, scratch, force=False, jobs=8)
+    # one run resumes from its checkpoint: it adds one checkpoint, not two
+    old = Path(runs[0][2].out_dir) / "checkpoint"
+    old.mkdir(parents=True)
+    (old / "state.pt").write_bytes(b"x" * 1000)
+    free["bytes"] = 3 * need + checkpoint
+    _check_scratch_space(runs, scratch, force=False, jobs=4)
+    free["bytes"] = 3 * need + checkpoint - 1
+    with pytest.raises(UserError):
+        _check_scratch_space(runs, scratch, force=False, jobs=4)
+    # with --force that folder is removed first: it starts over (two checkpoints), and its 1000 bytes are free
+    free["bytes"] = 4 * need - 1000
+    _check_scratch_space(runs, scratch, force=True, jobs=4)
+    free["bytes"] -= 1
+    with pytest.raises(UserError):
+        _check_scratch_space(runs, scratch, force=True, jobs=4)

@@ -23,7 +23,8 @@ run's is 1.6 GB: thirty of them filled this machine's disk).
 Before any run starts, every (run, seed) to make is checked as ``rlcurate train`` checks a config
 (:func:`rlcurate.train.preflight.preflight`: keys and values, strategy, task, model, a scratch folder
 that holds a run with a different config); a bad suite file, an unknown run name or one bad run
-config refuses the whole command with one line naming the file and the run.
+config refuses the whole command with one line naming the file and the run. So does a scratch disk that
+cannot hold the checkpoints of ``--jobs`` runs at a time.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 import yaml
 
 from rlcurate.errors import Stopped, UserError
+from rlcurate.models.architectures import model_parameters
 from rlcurate.runs_progress import SuiteProgress
 from rlcurate.stopping import PARENT_ENV, STOP_SIGNALS, StopRequest, catch_stop_signals
 from rlcurate.train.config import TrainConfig, read_yaml
@@ -313,10 +315,11 @@ def pending_runs(names: list[str], seeds: list[int], out: Path, force: bool = Fa
     return todo
 
 
-def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, scratch: Path, force: bool) -> None:
+def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, scratch: Path, force: bool,
+                jobs: int = 1) -> None:
     """Check every (run, seed) to make before any starts, as ``rlcurate train`` would (no model is
-    loaded); with ``force`` the scratch folders are about to be emptied, so an old run there is no
-    reason to refuse."""
+    loaded), then the scratch folder's free space for ``jobs`` runs at a time (:func:`_check_scratch_space`);
+    with ``force`` the scratch folders are about to be emptied, so an old run there is no reason to refuse."""
     import dataclasses
 
     from rlcurate.train.preflight import RESULTS_REMEDY, RESUME_REMEDY, check_device, check_out_dir, preflight
@@ -326,8 +329,10 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
             check_out_dir(str(folder))
         except UserError as exc:
             raise UserError(f"{flag}: {exc}") from None
+    configs = []
     for n, s in todo:
         config = run_config(suite, n, s, scratch)
+        configs.append((n, s, config))
         try:
             preflight(dataclasses.replace(config, resume=False) if force else config)
             check_device(config)
@@ -336,6 +341,44 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
                                                   "checkpoint is then replaced)")
             msg = msg.replace(RESULTS_REMEDY, "use another --scratch, or --force to start this run over")
             raise UserError(f"{suite['_path']}: run {n!r} seed {s}: {msg}") from None
+    _check_scratch_space(configs, scratch, force, jobs)
+
+
+def _check_scratch_space(runs: list[tuple[str, int, TrainConfig]], scratch: Path, force: bool, jobs: int) -> None:
+    """Refuse a suite whose ``jobs`` runs at a time cannot all keep their checkpoints in ``scratch``: each
+    checks its own room when it starts (the trainer's check, :meth:`TrainConfig.out_dir_need`), but runs
+    started together each see the same free space. The need is the sum of the ``jobs`` largest runs' (a
+    run's checkpoint holds its fp32 weights and AdamW's two moments, as the planner counts them; a model
+    whose size only loading would tell is left to the trainer's check); with ``force`` the runs' old
+    folders, about to be removed, count as free."""
+    sizes: dict[str, int | None] = {}
+    needs = []
+    for n, s, config in runs:
+        if config.model not in sizes:
+            sizes[config.model] = model_parameters(config.model)
+        if sizes[config.model] is None:
+            continue
+        folder = Path(config.out_dir)
+        resumed = not force and any((folder / c).exists() for c in ("checkpoint", "checkpoint.old"))
+        checkpoint = 12 * sizes[config.model]
+        need, why = config.out_dir_need(checkpoint, 4 * sizes[config.model], resumed)
+        needs.append((need, checkpoint, why, n, s))
+    if not needs:
+        return
+    needs.sort(key=lambda item: -item[0])
+    together = needs[:jobs]
+    need = sum(item[0] for item in together)
+    existing = next(p for p in (scratch, *scratch.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if force:
+        free += sum(f.stat().st_size for _, _, config in runs for f in Path(config.out_dir).rglob("*") if f.is_file())
+    if free >= need:
+        return
+    largest, checkpoint, why, n, s = together[0]
+    who = f"{len(together)} runs at a time (--jobs {jobs}) need" if len(together) > 1 else f"run {n!r} seed {s} needs"
+    raise UserError(f"--scratch {scratch}: {free / 2**30:.2f} GiB free there, but {who} {need / 2**30:.2f} GiB for "
+                    f"checkpoints (run {n!r} seed {s}'s: {checkpoint / 2**30:.2f} GiB each, {why}); free some space, "
+                    + ("lower --jobs " if len(together) > 1 else "") + "or choose another --scratch")
 
 
 def _replay(names: list[str], seeds: list[int], out: Path, scratch: Path, steps: int) -> int:
@@ -405,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.replay is not None:
         return _replay(names, seeds, out, scratch, args.replay)
-    _check_runs(suite, todo, out, scratch, args.force)
+    _check_runs(suite, todo, out, scratch, args.force, args.jobs)
     out.mkdir(parents=True, exist_ok=True)
     scratch.mkdir(parents=True, exist_ok=True)
     if args.force:

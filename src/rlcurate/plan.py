@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlcurate.models.architectures import param_count
 from rlcurate.policy.memory import (ACTIVATION_MARGIN, activation_bytes_per_token, head_bytes_per_token,
                                     layer_bytes_per_token, layer_dims, micro_batch_tokens_for)
 
@@ -91,16 +92,6 @@ def decode_rates(config) -> tuple[float, float, bool]:
         per_layer = DECODE_S_PER_LAYER["captured_bf16_copy" if config.rollout_weights == "bf16" else "captured"]
         return per_layer, DECODE_S_PER_ROW["captured"], True
     return DECODE_S_PER_LAYER["eager"], DECODE_S_PER_ROW["eager"], False
-
-
-def param_count(config) -> int:
-    """Parameters of the model of ``config`` (tied embeddings counted once), counted on the meta device."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
 
 
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "fp32": 4}

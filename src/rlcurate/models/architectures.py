@@ -15,7 +15,7 @@ from typing import Any
 
 from rlcurate.errors import UserError, write_failure
 
-__all__ = ["ARCHITECTURES", "architecture", "hf_config", "random_checkpoint"]
+__all__ = ["ARCHITECTURES", "architecture", "hf_config", "model_parameters", "param_count", "random_checkpoint"]
 
 _QWEN2_COMMON = dict(model_type="qwen2", vocab_size=151936, rms_norm_eps=1e-6, hidden_act="silu",
                      use_sliding_window=False, tie_word_embeddings=True, bos_token_id=151643)
@@ -39,6 +39,11 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 ARCHITECTURES["Qwen/Qwen2.5-0.5B"] = ARCHITECTURES["Qwen/Qwen2.5-0.5B-Instruct"]
 
+SMOLLM2 = dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+               num_attention_heads=9, num_key_value_heads=3, head_dim=64, tie_word_embeddings=True)
+"""The architecture of ``model: smollm2`` (SmolLM2-135M-Instruct, the fields of its exported config.json), so
+that its size is known before its GGUF file is first read (:func:`model_parameters`)."""
+
 
 def architecture(model_id: str) -> dict[str, Any]:
     """The architecture fields of ``model_id``; ``KeyError`` naming the known ids otherwise."""
@@ -55,6 +60,38 @@ def hf_config(model_id: str, **changes):
 
     fields = {**architecture(model_id), **changes}
     return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+def param_count(config) -> int:
+    """Parameters of the model of the transformers ``config`` (tied embeddings counted once), counted on the
+    meta device: no memory, no weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def model_parameters(name_or_path) -> int | None:
+    """Parameters of the model a run config names, from its architecture alone: ``smollm2``, a checkpoint
+    directory (its ``config.json``) or a Hub id recorded in :data:`ARCHITECTURES`; ``None`` for another Hub id
+    (only loading it would tell) or a ``config.json`` transformers cannot build a model from."""
+    from transformers import AutoConfig
+
+    name = str(name_or_path)
+    if name == "smollm2":
+        fields = dict(SMOLLM2)
+        return param_count(AutoConfig.for_model(fields.pop("model_type"), **fields))
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        try:
+            return param_count(AutoConfig.from_pretrained(path))
+        except (OSError, ValueError, KeyError):
+            return None
+    if name in ARCHITECTURES:
+        return param_count(hf_config(name))
+    return None
 
 
 def random_checkpoint(model_id: str, folder, tokenizer_dir, seed: int = 0, **changes) -> Path:
