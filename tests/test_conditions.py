@@ -43,6 +43,7 @@ def test_ratio_table_bounds_censoring_holm_and_the_published_gain():
     same, slow, miss = t["same"], t["slow"], t["miss"]
     assert same.covers_one and 0 < same.saving_bound < 0.05  # saves at most a few per cent
     assert slow.ratio == pytest.approx(2.0) and slow.saving_bound == pytest.approx(-1.0)
+    assert slow.saving_text == "none" and same.saving_text == f"{same.saving_bound:.0%}" != "0%"  # never "-100%"
     assert same.p_published < 0.001  # "twice as fast" is excluded
     assert miss.censored == 2  # never reached: counted at the budget
     assert t["uniform_aa"].p_holm == t["uniform_aa"].p_t  # the control is outside the Holm family

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for arm, r in ratios.items():
             holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
             print(f"{arm:<20}{r.n:>6}{r.ratio:>8.2f}{f'[{r.low:.2f}, {r.high:.2f}]':>18}{r.p_t:>8.3f}{holm}"
-                  f"{r.saving_bound:>14.0%}{r.censored:>10d}")
+                  f"{r.saving_text:>15}{r.censored:>10d}")
         _control_note({a: not (r.low <= 1 <= r.high) for a, r in ratios.items() if a in controls})
         _plot(args, {a: r for a, r in ratios.items() if a != args.baseline}, results, controls, suite, ratio=True)
         return 0

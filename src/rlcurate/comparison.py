@@ -436,6 +436,14 @@ class Ratio:
     def covers_one(self) -> bool:
         return self.low <= 1.0 <= self.high
 
+    @property
+    def saving_text(self) -> str:
+        """:attr:`saving_bound` for a table: a whole percentage, or ``none`` where it rounds to 0 % or below
+        (the data exclude any saving; the interval says how much the arm costs instead)."""
+        if math.isnan(self.saving_bound):
+            return "-"
+        return f"{self.saving_bound:.0%}" if round(self.saving_bound, 2) > 0 else "none"
+
 
 def ratio_table(values: Mapping[str, Mapping[int, float]], baseline: str = "uniform", budget: float = math.inf,
                 controls: Sequence[str] | None = None, level: float = 0.95,
