@@ -130,6 +130,21 @@ def test_predicted_activations_match_the_h100_measurements():
         assert r["per_completion_token"]["allocated_after_forward"] == pytest.approx(measured, rel=0.05)
 
 
+def test_the_decode_rates_per_row_are_the_benchmarks_slopes():
+    """The planner's per-row decode rates come from the stored GPU benchmarks: the eager one is the least-squares
+    slope of the H100 throughput bench's four engine points (ms a step against rows), the captured one the
+    H200's captured step from 64 to 1,024 rows with bf16 weights."""
+    from rlcurate.plan import DECODE_S_PER_ROW
+
+    eager = json.loads((REPO / "data" / "bench" / "gpu_h100.json").read_text())["rollout"]
+    rows = [r["batch"] for r in eager]
+    step_s = [r["engine"]["median_s"] / r["new_tokens"] for r in eager]
+    assert DECODE_S_PER_ROW["eager"] == pytest.approx(np.polyfit(rows, step_s, 1)[0], rel=0.01)
+    cells = json.loads((REPO / "data" / "bench" / "decode_captured_h200.json").read_text())["cells"]
+    ms = {c["rows"]: c["results"]["captured"]["ms_per_step"] for c in cells if c["weights"] == "bf16"}
+    assert DECODE_S_PER_ROW["captured"] == pytest.approx((ms[1024] - ms[64]) / 960 / 1000, rel=0.01)
+
+
 @pytest.mark.slow
 def test_predicted_activations_match_a_cpu_measurement(one_thread):
     """The same measurement on the CPU (two layers of the real 0.5B architecture, forward only)."""

@@ -68,7 +68,8 @@ PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
 # Time of one decode step: a part per layer plus a part per row, by decode path (appendix A1, *Benchmarks*).
 # Eager (decode "dynamic" or "static"), from the H100: the loop is bound by per-step overhead, not bandwidth:
 # 44 ms per step at 256 rows for the 24-layer 0.5B model in the dry run (data/bench/dryrun_h100_grpo_05b.json;
-# 22.5 s for 511 steps), of which 0.012 ms per row (bench_gpu_throughput's slope over 8-1024 rows).
+# 22.5 s for 511 steps), of which 0.0113 ms per row (the least-squares slope of bench_gpu_throughput's four engine
+# points, 8-1,024 rows, data/bench/gpu_h100.json; those steps rise only 1.6x while the rows grow 16x).
 # Captured (decode "captured"; "compiled" charged the same, an upper bound: its step was 3.7 against 5.7 ms at
 # 256 rows, data/bench/decode_compiled_h200.json, and it has not run in the trainer), from the H200: the trainer's
 # dry run generated 256 rows x 512 steps in 4.16 s with the trained weights under autocast and 3.58 s with the bf16
@@ -79,7 +80,7 @@ PROMPT_TOKENS: dict[str, tuple[int, int, int]] = {
 # costs more per step than charged. Neither rate is scaled by card (--gpu changes memory and training time).
 # Training runs at the bench's steady-state share of the matmul limit, 0.258 of 774 TFLOP/s at 6 FLOPs per
 # parameter and position.
-DECODE_S_PER_ROW = {"eager": 1.2e-5, "captured": 8.8e-6}
+DECODE_S_PER_ROW = {"eager": 1.13e-5, "captured": 8.8e-6}
 DECODE_S_PER_LAYER = {"eager": (0.044 - 256 * DECODE_S_PER_ROW["eager"]) / 24,
                       "captured": (4.16 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24,
                       "captured_bf16_copy": (3.58 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24}
