@@ -107,6 +107,9 @@ def test_a_captured_decode_holds_its_cache_through_training_and_decodes_faster()
     train = sum(v for k, v in captured.memory.items() if k.startswith("train_"))
     assert captured.peak_bytes == pytest.approx(static + train)
     assert eager.seconds["generate_per_step"] > 4 * captured.seconds["generate_per_step"]
+    # every plan says on which card its decode rate was measured (neither rate is scaled by card)
+    assert "captured step's rate, measured on an H200 (likely optimistic on an H100" in captured.describe()
+    assert "eager loop's rate, measured on an H100" in eager.describe()
     config.decode, config.rollout_weights = "captured", "bf16"
     assert plan_config(config).seconds["generate_per_step"] < captured.seconds["generate_per_step"]
     # a cache too large to hold through training: the advice names decode dynamic

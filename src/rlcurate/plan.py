@@ -85,6 +85,11 @@ DECODE_S_PER_LAYER = {"eager": (0.044 - 256 * DECODE_S_PER_ROW["eager"]) / 24,
                       "captured": (4.16 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24,
                       "captured_bf16_copy": (3.58 / 512 - 256 * DECODE_S_PER_ROW["captured"]) / 24}
 TRAIN_MATMUL_SHARE = 0.258
+DECODE_RATE_SOURCE = {
+    "eager": "decode at the eager loop's rate, measured on an H100 (with the eager code of 2026-11-24)",
+    "captured": "decode at the captured step's rate, measured on an H200 (likely optimistic on an H100, whose memory "
+                "bandwidth is lower; no captured step has run on one)"}
+"""Where each decode rate was measured, said with every plan (appendix A1): neither is scaled by card."""
 
 
 def decode_rates(config) -> tuple[float, float, bool]:
@@ -142,6 +147,8 @@ class Plan:
                  f"training per step, {self.seconds['eval_each']:.0f} s per evaluation; {self.gpu_hours:.1f} GPU-hours "
                  f"in all ({self.assumptions['rollouts']:,} rollouts, {self.assumptions['steps']} steps, "
                  f"{self.assumptions['evaluations']} evaluations)"]
+        lines.append(f"  rates: {self.assumptions['decode_rate']}; training at {TRAIN_MATMUL_SHARE:.0%} of the card's "
+                     f"bf16 matmul peak (the H100 bench's steady share)")
         if self.disk[0]:
             lines.append(f"  disk: {self.disk[0] / GiB:.1f} GiB for out_dir at its fullest (checkpoints of "
                          f"{self.disk[1] / GiB:.1f} GiB, fp32 weights and AdamW's two moments: {self.disk[2]})")
@@ -253,6 +260,7 @@ def plan_config(config, gpu: str = "h100-80gb", prompt_tokens: tuple[int, int, i
                              "generation_rows": gen_rows, "rollouts": rollouts,
                              "steps": total_steps, "evaluations": n_evals,
                              "activation_bytes_per_token": a_tok,
+                             "decode_rate": DECODE_RATE_SOURCE["captured" if bucketed else "eager"],
                              "time_model": "decode steps at max_new_tokens each (an upper bound); "
                                            + ("captured decode step" if bucketed else "eager decode loop")})
     if not plan.fits and bucketed:
