@@ -247,10 +247,34 @@ def _one_line_error(capsys, argv, *needles):
         assert needle in err, err
 
 
-@pytest.mark.parametrize("case", ["no-folder", "not-an-audit", "graded", "one-run", "few-prompts"])
-def test_bad_audits_are_refused_in_one_line(tmp_path, capsys, case):
+@pytest.mark.parametrize("case", ["no-folder", "not-an-audit", "graded", "one-run", "few-prompts", "all-right",
+                                  "all-wrong", "runs-is-a-folder", "config-without-runs", "nan-score", "unreadable"])
+def test_bad_audits_are_refused_in_one_line(tmp_path, capsys, monkeypatch, case):
     rng = np.random.default_rng(5)
-    if case == "no-folder":
+    if case in ("all-right", "all-wrong"):  # no signal at any group size: said at once, not after a simulation
+        folder = write_audit(tmp_path / case, [[float(case == "all-right")] * 8] * 30)
+        needle = f"every one of the 30 audited prompts was {'solved' if case == 'all-right' else 'failed'} in all its runs"
+        _one_line_error(capsys, ["advise", str(folder)], needle, "GRPO learns nothing from this pool")
+        return
+    if case == "runs-is-a-folder":
+        folder, needle = tmp_path / "r", "not an audit folder (runs.jsonl is not a file"
+        write_audit(folder, [[1.0, 0.0]] * 30)
+        (folder / "runs.jsonl").unlink()
+        (folder / "runs.jsonl").mkdir()
+    elif case == "config-without-runs":
+        folder, needle = write_audit(tmp_path / "c", [[1.0, 0.0]] * 30), "config.runs must be a whole number >= 1"
+        cfg = json.loads((folder / "config.json").read_text())
+        del cfg["config"]["runs"]
+        (folder / "config.json").write_text(json.dumps(cfg))
+    elif case == "nan-score":
+        folder, needle = write_audit(tmp_path / "n", [[1.0, float("nan")]] + [[1.0, 0.0]] * 29), "line 2: field 'score'"
+    elif case == "unreadable":  # as a user without read permission sees it (the tests may run as root)
+        folder = write_audit(tmp_path / "u", [[1.0, 0.0]] * 30)
+        needle = f"{folder / 'runs.jsonl'}: permission denied"
+        real = Path.read_bytes
+        monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(
+            PermissionError(13, "Permission denied", str(self))) if self.name == "runs.jsonl" else real(self))
+    elif case == "no-folder":
         folder, needle = tmp_path / "missing", "no such folder"
     elif case == "not-an-audit":
         folder, needle = tmp_path / "plain", "not an audit folder"
@@ -270,6 +294,46 @@ def test_bad_audits_are_refused_in_one_line(tmp_path, capsys, case):
                                            (["--oracle-every", "0"], "--oracle-every"),
                                            (["--oracle-every", "1280", "--oracle-runs", "0"], "--oracle-runs"),
                                            (["--oracle-runs", "4"], "only with --oracle-every"),
-                                           (["--out-of-reach", "1"], "--out-of-reach")])
+                                           (["--out-of-reach", "1"], "--out-of-reach"),
+                                           (["--out", ""], "--out: empty")])
 def test_bad_options_are_refused_before_the_audit_is_read(tmp_path, capsys, option, needle):
     _one_line_error(capsys, ["advise", str(tmp_path / "not-read"), *option], needle)
+
+
+def test_what_advise_cannot_write_or_read_is_said_before_it_simulates(tmp_path, capsys, monkeypatch):
+    """The advice goes into the audit folder by default: one that cannot be written is refused before the
+    simulation (as --out is); an --out-of-reach-from that is the audit itself is refused; a pool smaller than
+    the audit, or than the smallest simulated world, is warned; a rerun says it replaced the earlier advice."""
+    import os
+
+    from rlcurate import advise as advise_module
+
+    rng = np.random.default_rng(7)
+    folder = write_audit(tmp_path / "a", [[1.0] * k + [0.0] * (8 - k) for k in rng.binomial(8, 0.5, 40)])
+    monkeypatch.setattr(advise_module, "simulate", lambda *a, **k: pytest.fail("simulated before refusing"))
+    real_access = os.access
+    monkeypatch.setattr(advise_module.os, "access", lambda path, mode: Path(path) != folder)  # as a user, not root
+    _one_line_error(capsys, ["advise", str(folder)], f"{folder}: the advice is written into the audit folder, which "
+                    "this user cannot write; give --out FOLDER")
+    monkeypatch.setattr(advise_module.os, "access", real_access)
+    with pytest.raises(SystemExit) as exc:  # a prefix of an option is refused, not completed: --seed 3 is not --seeds 3
+        main(["advise", str(folder), "--seed", "3"])
+    assert exc.value.code == 2 and "unrecognized arguments: --seed 3" in capsys.readouterr().err
+    _one_line_error(capsys, ["advise", str(folder), "--out-of-reach-from", str(folder)], "is the audit being advised on")
+    a = advise(folder, sim=False, boots=20, pool=5)
+    assert any(w.startswith("--pool-size 5 is smaller than the 40 prompts audited") for w in a.warnings)
+    assert main(["advise", str(folder), "--no-sim", "--boots", "20"]) == 0
+    assert "replacing" not in capsys.readouterr().out
+    assert main(["advise", str(folder), "--no-sim", "--boots", "20"]) == 0
+    assert "advice_gate.png (replacing the earlier ones)" in capsys.readouterr().out
+
+
+def test_a_pool_smaller_than_the_smallest_simulated_world_is_warned(monkeypatch):
+    from rlcurate import advise as advise_module
+
+    monkeypatch.setattr(advise_module, "simulate", lambda *a, **k: None)  # the warning, without the simulation
+    k = np.random.default_rng(8).binomial(8, 0.5, 40)
+    small = advise_counts(k, np.full(k.size, 8), pool=5, seeds=2, boots=20)
+    assert any(w.startswith("a pool of 5 prompts is simulated by 28 training prompts") for w in small.warnings)
+    assert not any("simulated by" in w for w in advise_counts(k, np.full(k.size, 8), pool=28, seeds=2,
+                                                              boots=20).warnings)

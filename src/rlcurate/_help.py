@@ -66,6 +66,10 @@ class ArgumentParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line, ``PROG: error: MESSAGE; see 'PROG --help'``, with
     exit status 2 (the convention of :mod:`rlcurate.errors`) instead of the usage and the error."""
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--seed 3` is not `--seeds 3`: a prefix is refused, not completed
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         from rlcurate.errors import one_line
 

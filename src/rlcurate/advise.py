@@ -34,6 +34,7 @@ import argparse
 import inspect
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,9 +128,10 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
         raise UserError(f"{folder}: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote)")
     if not folder.is_dir():
         raise UserError(f"{folder}: no such folder (give the folder an `rlcurate audit --out` wrote)")
-    if not (folder / "config.json").is_file() or not (folder / "runs.jsonl").is_file():
-        raise UserError(f"{folder}: not an audit folder (no config.json and runs.jsonl; make one with "
-                        f"`rlcurate audit --out {folder}`)")
+    missing = [f for f in ("config.json", "runs.jsonl") if not (folder / f).is_file()]
+    if missing:
+        what = " and ".join(f"{f} {'is not a file' if (folder / f).exists() else 'is missing'}" for f in missing)
+        raise UserError(f"{folder}: not an audit folder ({what}; make one with `rlcurate audit --out {folder}`)")
     audit = load_audit(folder)
     if not audit.scores:
         raise UserError(f"{folder}: the audit has no finished runs yet")
@@ -147,14 +149,15 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
     k = np.array([int(s.sum()) for s in audit.scores])[keep]
     n = n[keep]
     if k.size < MIN_PROMPTS:
-        raise UserError(f"{folder}: {k.size} prompts with {MIN_RUNS} or more runs; advise needs at least "
-                        f"{MIN_PROMPTS} to fit a distribution")
+        raise UserError(f"{folder}: {k.size} prompt{'' if k.size == 1 else 's'} with {MIN_RUNS} or more runs; advise "
+                        f"needs at least {MIN_PROMPTS} to fit a distribution")
     warnings = []
     if (~keep).any():
         warnings.append(f"{int((~keep).sum())} prompts with fewer than {MIN_RUNS} runs left out")
-    if not audit.complete:
-        warnings.append(f"the audit is unfinished: {k.size} of {audit.n_samples} prompts")
     runs = sum(s.size for s in audit.scores)
+    if not audit.complete:
+        warnings.append(f"the audit is unfinished: {runs} of {audit.n_samples * int(audit.config['runs'])} runs "
+                        f"({k.size} of {audit.n_samples} prompts with {MIN_RUNS} or more)")
     errors = sum(int(e.sum()) for e in audit.errors)
     cut = sum(sum(f == "length" and v < 1 for f, v in zip(fr, s)) for fr, s in zip(audit.finish_reasons, audit.scores))
     for what, count in (("had a failing reward function", errors), ("hit the token limit and failed", cut)):
@@ -163,6 +166,18 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
     if n.min() < 4:
         warnings.append(f"{n.min()} runs per prompt identify little of the distribution's shape; 8 or more are better")
     return k, n, warnings
+
+
+def _check_signal(folder, k: np.ndarray, n: np.ndarray) -> None:
+    """Refuse, before any fit or simulation, a pool whose every audited prompt was solved in all its runs or
+    failed in all of them: no group has two different rewards, so there is nothing to advise on."""
+    if (k == n).all() or (k == 0).all():
+        solved = bool((k == n).all())
+        raise UserError(f"{folder}: every one of the {k.size} audited prompts was {'solved' if solved else 'failed'} in "
+                        f"all its runs: no group of any size has two different rewards, so GRPO learns nothing from this "
+                        f"pool and curation has nothing to choose between; audit "
+                        + ("harder prompts" if solved else "easier prompts or a stronger starting checkpoint (a warm "
+                           "start, chapter 4), or raise --max-new-tokens if the runs were cut off"))
 
 
 def _never_solved_warning(k: np.ndarray, out_of_reach: float) -> list[str]:
@@ -412,7 +427,11 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
                    out_of_reach)
     if out_of_reach_from is not None and out_of_reach:
         raise UserError("--out-of-reach-from: give it or --out-of-reach, not both")
+    if out_of_reach_from is not None and Path(out_of_reach_from).resolve() == Path(audit_dir).resolve():
+        raise UserError(f"--out-of-reach-from: {out_of_reach_from} is the audit being advised on; give an audit of a "
+                        f"later checkpoint on the same prompts")
     k, n, warnings = read_counts(audit_dir)
+    _check_signal(audit_dir, k, n)
     floor_note = None
     if out_of_reach_from is not None:
         out_of_reach, floor_note, floor_warnings = never_solved_share(audit_dir, out_of_reach_from)
@@ -497,6 +516,13 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
     pool = int(pool or k.size)
     budget = int(budget or 100 * 128)
     warnings = [*warnings, *_never_solved_warning(k, out_of_reach if sim else 0.0)]
+    if pool < k.size:
+        warnings.append(f"--pool-size {pool:,} is smaller than the {k.size} prompts audited: the simulation takes your "
+                        f"pool to be {pool:,} prompts drawn from the audited distribution")
+    if sim and pool < round(SIM_TRAIN_SHARE * sim_prompts(pool)):
+        warnings.append(f"a pool of {pool:,} prompts is simulated by {round(SIM_TRAIN_SHARE * sim_prompts(pool))} "
+                        f"training prompts, the smallest world the simulation makes: each is revisited less often "
+                        f"than yours")
     if sim and pool >= 1.5 * SIM_TRAIN_PROMPTS:  # revisited half as often again, or more
         warnings.append(f"a pool of {pool:,} prompts is simulated by {SIM_TRAIN_PROMPTS} training prompts, each "
                         f"revisited about {pool / SIM_TRAIN_PROMPTS:.1f} times as often as yours: the simulated "
@@ -639,7 +665,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=8,
                     help=f"the group size G you train with: one of {', '.join(map(str, SIM_GROUP_SIZES))} (the "
                          f"simulation's 128 rollouts per step in whole groups)")
-    ap.add_argument("--budget", type=int, default=None, help="your rollout budget (default 12,800)")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="your rollout budget (default 12,800): it sets the gate table's visits per prompt and mixed "
+                         "groups; the simulation runs to its target (--close-gap), whatever the budget")
     ap.add_argument("--pool-size", type=int, default=None,
                     help="prompts in your training pool (default: those audited); the simulated world holds at most "
                          f"{SIM_TRAIN_PROMPTS} training prompts")
@@ -674,6 +702,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.oracle_runs is not None and args.oracle_every is None:
         raise UserError("--oracle-runs: only with --oracle-every (without it the oracles read exact pass rates)")
+    if args.out is not None and not args.out.strip():
+        raise UserError("--out: empty; give a folder for the advice (default: the audit folder)")
     out = Path(args.out or args.audit)
     if args.out:  # before the simulation, so that its result has somewhere to go
         from rlcurate.train.preflight import check_out_dir
@@ -682,13 +712,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_out_dir(args.out)
         except UserError as exc:
             raise UserError(f"--out: {exc}") from None
+    elif out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"{out}: the advice is written into the audit folder, which this user cannot write; "
+                        f"give --out FOLDER")
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
                args.boots, not args.no_sim, args.close_gap, oracle_every=args.oracle_every,
                oracle_runs=ORACLE_RUNS if args.oracle_runs is None else args.oracle_runs,
                out_of_reach=args.out_of_reach, out_of_reach_from=args.out_of_reach_from)
     out.mkdir(parents=True, exist_ok=True)
     stem = "advice_gate" if args.no_sim else "advice"
+    replaced = " (replacing the earlier ones)" if (out / f"{stem}.json").exists() else ""
     (out / f"{stem}.json").write_text(json.dumps(a.to_dict(), indent=1) + "\n")
     plot(a, out / f"{stem}.png")
-    print(json.dumps(a.to_dict(), indent=1) if args.json else render(a) + f"\nwritten: {out / stem}.json, {stem}.png")
+    print(json.dumps(a.to_dict(), indent=1) if args.json
+          else render(a) + f"\nwritten: {out / stem}.json, {stem}.png{replaced}")
     return 0

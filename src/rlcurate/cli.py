@@ -322,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         _close_progress_bars()
         print(f"rlcurate {cmd}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except PermissionError as exc:  # a file or folder the user named that this user may not read or write
+        _close_progress_bars()
+        what = f"{exc.filename}: permission denied" if exc.filename else one_line(exc)
+        print(f"rlcurate {cmd}: error: {what}; give a path this user can read (or write)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"rlcurate {cmd}: interrupted", file=sys.stderr)
         return 130

@@ -23,7 +23,6 @@ result yet and writes ``data/runs/<suite>/<condition>.json``; :func:`condition_t
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -333,9 +332,11 @@ def json_safe(x):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rlcurate conditions",
-                                 description="Run the conditions map of chapter 11 in the simulated world: every "
-                                             "condition of a conditions suite that has no result yet.")
+    from rlcurate._help import ArgumentParser, HelpFormatter
+
+    ap = ArgumentParser(prog="rlcurate conditions", formatter_class=HelpFormatter,
+                        description="Run the conditions map of chapter 11 in the simulated world: every "
+                                    "condition of a conditions suite that has no result yet.")
     ap.add_argument("--suite", required=True, help="a conditions suite (configs/suites/conditions_sim.yaml)")
     ap.add_argument("--out", default=None, help="folder of the results (default: data/runs/<suite name>)")
     ap.add_argument("--only", nargs="+", default=None, help="these conditions only")

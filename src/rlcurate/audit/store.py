@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -45,7 +46,21 @@ def read_config(out_dir) -> dict:
         raise AuditError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT or "config" not in info or "samples" not in info:
         raise AuditError(f"{path} is not an rlcurate audit config (format {FORMAT!r})")
+    config, samples, n_samples = info["config"], info["samples"], info.get("n_samples", 0)
+    for ok, field, want, got in (
+            (isinstance(config, dict), "config", "a mapping", config),
+            (isinstance(config, dict) and _whole(config.get("runs"), 1), "config.runs", "a whole number >= 1",
+             isinstance(config, dict) and config.get("runs")),
+            (isinstance(samples, list) and all(isinstance(u, str) for u in samples), "samples", "a list of uids",
+             samples if not isinstance(samples, list) else "a list with a non-string uid"),
+            (_whole(n_samples, 0), "n_samples", "a whole number", n_samples)):
+        if not ok:
+            raise AuditError(f"{path}: {field} must be {want}, got {got!r}; the file was edited or corrupted")
     return info
+
+
+def _whole(v, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 
 _RUN_FIELDS = {"index": int, "uid": str, "run": int, "score": float, "reason": str, "completion": str,
@@ -82,11 +97,13 @@ def read_runs(path) -> tuple[list[dict], int]:
             rec.setdefault(name, "")
         for name, kind in _RUN_FIELDS.items():
             v = rec.get(name)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, kind)
+            ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) if kind is float
+                  else isinstance(v, kind))
             if kind is int and isinstance(v, bool):
                 ok = False
             if not ok:
-                raise AuditError(f"{path}, line {lineno}: field {name!r} must be {kind.__name__}, got {v!r}")
+                want = "a finite number" if kind is float else kind.__name__
+                raise AuditError(f"{path}, line {lineno}: field {name!r} must be {want}, got {v!r}")
         key = (rec["index"], rec["run"])
         if key in seen:
             continue
