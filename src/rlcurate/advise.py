@@ -58,6 +58,8 @@ SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
 SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
 SIM_TRAIN_SHARE = 1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]
 SIM_TRAIN_PROMPTS = round(SIM_WORLD["n_prompts"] * SIM_TRAIN_SHARE)
+SIM_MIN_WORLD = 40
+"""The fewest prompts a simulated world holds (28 of them training prompts), whatever the pool."""
 """The most training prompts the simulated world holds (420)."""
 SIM_LRS = (0.3, 1.0, 3.0)
 SIM_CLOSE_GAP = 0.5
@@ -301,7 +303,7 @@ def sim_prompts(pool: int | None) -> int:
     pool, from 28 up to 420 (:data:`SIM_WORLD`'s 600)."""
     if pool is None:
         return SIM_WORLD["n_prompts"]
-    return int(min(SIM_WORLD["n_prompts"], max(40, math.ceil(pool / SIM_TRAIN_SHARE))))
+    return int(min(SIM_WORLD["n_prompts"], max(SIM_MIN_WORLD, math.ceil(pool / SIM_TRAIN_SHARE))))
 
 
 def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, close_gap, oracle,
@@ -519,8 +521,9 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
     if pool < k.size:
         warnings.append(f"--pool-size {pool:,} is smaller than the {k.size} prompts audited: the simulation takes your "
                         f"pool to be {pool:,} prompts drawn from the audited distribution")
-    if sim and pool < round(SIM_TRAIN_SHARE * sim_prompts(pool)):
-        warnings.append(f"a pool of {pool:,} prompts is simulated by {round(SIM_TRAIN_SHARE * sim_prompts(pool))} "
+    smallest = round(SIM_TRAIN_SHARE * SIM_MIN_WORLD)
+    if sim and pool < smallest:
+        warnings.append(f"a pool of {pool:,} prompts is simulated by {smallest} "
                         f"training prompts, the smallest world the simulation makes: each is revisited less often "
                         f"than yours")
     if sim and pool >= 1.5 * SIM_TRAIN_PROMPTS:  # revisited half as often again, or more
