@@ -58,9 +58,9 @@ SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
 SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
 SIM_TRAIN_SHARE = 1 - SIM_TRAIN["validation_fraction"] - SIM_TRAIN["test_fraction"]
 SIM_TRAIN_PROMPTS = round(SIM_WORLD["n_prompts"] * SIM_TRAIN_SHARE)
+"""The most training prompts the simulated world holds (420)."""
 SIM_MIN_WORLD = 40
 """The fewest prompts a simulated world holds (28 of them training prompts), whatever the pool."""
-"""The most training prompts the simulated world holds (420)."""
 SIM_LRS = (0.3, 1.0, 3.0)
 SIM_CLOSE_GAP = 0.5
 SIM_BUDGET = 51200
