@@ -88,6 +88,40 @@ def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
                    "correction must be one of none, inverse_p, inverse_sqrt_p, got 'bogus'")
 
 
+@pytest.mark.parametrize("kwargs,needle", [("{eta: -1}", "eta must be >= 0, got -1"), ("{K: 0}", "K must be >= 1"),
+                                           ("{alpha0: -1}", "alpha0 must be > 0"), ("{mu: 2}", "mu must lie in [0, 1]"),
+                                           ("{eta: .nan}", "eta must be a finite number, got nan"),
+                                           ("{eta: three}", "eta must be a finite number, got 'three'")])
+def test_a_belief_selector_option_out_of_range_is_refused_before_the_model_loads(capsys, tmp_path, kwargs, needle):
+    """Before: accepted by the checks, then a traceback at step 0 with a half-made run folder."""
+    _train_refused(capsys, tmp_path, ["strategy=insight", f"strategy_kwargs={kwargs}"], "strategy 'insight'", needle)
+
+
+def test_every_numeric_strategy_option_refuses_nan_and_the_ranges_are_checked_at_build():
+    """Each registered strategy's number options are finite numbers (whole ones where the default is an int), so
+    none reaches a step as NaN; options with a range refuse a value outside it when the curator is built, which the
+    run's checks do before the model loads."""
+    import dataclasses
+
+    from rlcurate.curation.registry import _REGISTRY, _discover, build_curator
+
+    _discover()
+    checked = 0
+    for name, cls in _REGISTRY.items():
+        for f in dataclasses.fields(cls):
+            if isinstance(f.default, bool) or not isinstance(f.default, (int, float)):
+                continue
+            with pytest.raises(UserError, match=f"strategy {name!r}.*{f.name}"):
+                build_curator(name, **{f.name: float("nan")})
+            checked += 1
+    assert checked > 40
+    for name, kwargs in (("mopps", {"target": -1}), ("gvm", {"alpha": -1}), ("gvm", {"filter_threshold": 2}),
+                         ("sage", {"hint_max_new_tokens": 0}), ("sage_light", {"min_threshold": -0.1}),
+                         ("dro", {"token_budget": 0}), ("insight", {"beta0": 0})):
+        with pytest.raises(UserError, match=f"{next(iter(kwargs))}"):
+            build_curator(name, **kwargs)
+
+
 def test_sage_hint_mode_the_strategy_rejects(capsys, tmp_path):
     _train_refused(capsys, tmp_path, ["strategy=sage", "strategy_kwargs={hint_mode: users}"],
                    "strategy 'sage'", "hint_mode must be 'auto', 'prefix'", "got 'users'")

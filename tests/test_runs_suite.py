@@ -127,3 +127,85 @@ def test_the_scratch_folder_must_hold_the_checkpoints_of_the_runs_made_at_once(t
     free["bytes"] -= 1
     with pytest.raises(UserError):
         _check_scratch_space(runs, scratch, force=True, jobs=4)
+
+
+def _copy_suite(tmp_path, name="grpo_loop", **runs_change):
+    """configs/suites/NAME.yaml and its committed results, copied (a suite whose results exist), with the runs'
+    configs changed by ``runs_change``."""
+    import shutil
+
+    suite = yaml.safe_load((REPO / "configs" / "suites" / f"{name}.yaml").read_text())
+    suite["base"] = str(REPO / "configs" / "tiny_uniform.yaml")
+    for run, change in runs_change.items():
+        suite["runs"][run] = {**suite["runs"][run], **change}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    out = tmp_path / "out"
+    shutil.copytree(REPO / "data" / "runs" / name, out, dirs_exist_ok=True)
+    return path, out
+
+
+def test_a_stored_result_made_with_another_config_is_listed_stale_and_refused(tmp_path, capsys, monkeypatch):
+    """Results are kept across edits of the suite file, so one made with another config would be paired with
+    runs of the new one: --list says it is stale and what changed, `runs` (without --force) and `compare` refuse
+    in one line before any work; the suite's model is found beside its base config from any folder."""
+    from rlcurate.cli import main
+
+    monkeypatch.chdir(tmp_path)  # not the repository: data/tiny/spread is found beside the base config
+    path, out = _copy_suite(tmp_path, "protocol_aa")
+    base = ["--suite", str(path), "--out", str(out), "--scratch", str(tmp_path / "scratch")]
+    assert main(["runs", *base, "--list"]) == 0
+    assert capsys.readouterr().out.count(": done") == 16
+    assert main(["compare", "--suite", str(path), "--runs", str(out)]) == 0
+    capsys.readouterr()
+    path, out = _copy_suite(tmp_path, "protocol_aa", uniform_aa={"lr": 0.5})
+    assert main(["runs", *base, "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count("stale, made with another config (lr: 0.0001 -> 0.5)") == 8 and listed.count(": done") == 8
+    for argv in (["runs", *base], ["compare", "--suite", str(path), "--runs", str(out)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "8 stored result(s) of suite 'protocol_aa' were made with " \
+            "another config" in err and "run 'uniform_aa' seed 8: lr: 0.0001 -> 0.5" in err and "--force" in err, err
+    assert not (tmp_path / "scratch").exists()
+    # an arm of the suite without any result is named, not left out silently
+    path, out = _copy_suite(tmp_path, "protocol_aa")
+    for f in out.glob("uniform_aa_s*.json"):
+        f.unlink()
+    assert main(["compare", "--suite", str(path), "--runs", str(out)]) == 0
+    assert "not in the table, seeds finished of uniform's 8: uniform_aa 0" in capsys.readouterr().out
+
+
+def test_a_suite_may_not_set_what_runs_sets_and_a_bad_run_config_is_refused_by_list(tmp_path, capsys):
+    from rlcurate.cli import main
+
+    for change, needle in (({"seed": 5}, "run 'g16' sets seed: 5, which `rlcurate runs` sets itself; a suite's seeds "
+                                         "are its seeds: list"),
+                           ({"out_dir": "x"}, "choose the folder with --scratch"), ({"lrr": 1}, "lrr")):
+        path, _ = _copy_suite(tmp_path, g16=change)
+        assert main(["runs", "--suite", str(path), "--out", str(tmp_path / "o"), "--list"]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_force_starts_a_run_over_but_resumes_one_it_stopped_with_the_same_config(tmp_path):
+    """A forced run stopped part-way leaves a checkpoint of the same config: the same command (--force) resumes
+    it; a checkpoint of another config, or a finished run's folder, is emptied."""
+    import dataclasses
+    import json
+
+    from rlcurate.experiments import _start_over, run_config
+
+    suite = load_suite(REPO / "configs" / "suites" / "grpo_loop.yaml")
+    configs = [(n, 0, run_config(suite, n, 0, tmp_path)) for n in ("g4", "g16")]
+    for (_, _, config), saved in zip(configs, (configs[0][2], dataclasses.replace(configs[1][2], lr=0.5))):
+        ckpt = Path(config.out_dir) / "checkpoint"
+        ckpt.mkdir(parents=True)
+        (ckpt / "trainer.json").write_text(json.dumps({"step": 3, "config": saved.to_dict()}))
+        (ckpt / "state.pt").write_bytes(b"x")
+    finished = run_config(suite, "g4", 1, tmp_path)
+    Path(finished.out_dir).mkdir()
+    (Path(finished.out_dir) / "metrics.jsonl").write_text("{}\n")
+    _start_over(configs + [("g4", 1, finished)])
+    assert (Path(configs[0][2].out_dir) / "checkpoint").exists()  # the same config: resumed
+    assert not Path(configs[1][2].out_dir).exists() and not Path(finished.out_dir).exists()

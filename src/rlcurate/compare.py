@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from rlcurate._help import ArgumentParser, HelpFormatter, wrap
 from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, endpoint_values, ratio_table,
                                  sweep_table, to_target_values)
 from rlcurate.errors import UserError
-from rlcurate.experiments import load_results, load_suite
+from rlcurate.experiments import check_current, load_results, load_suite
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,9 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
         raise UserError(f"--budget must be a finite number > 0, got {args.budget:g}")
     suite = load_suite(args.suite)
-    results = load_results(args.runs or f"data/runs/{suite['name']}", suite=suite["name"])
+    folder = Path(args.runs or f"data/runs/{suite['name']}")
+    results = load_results(folder, suite=suite["name"])
     if not results:
-        raise UserError(f"no results of suite {suite['name']!r} in {args.runs or 'data/runs/' + suite['name']}")
+        where = "" if folder.is_absolute() else f" (read from the current folder {Path.cwd()}; --runs names another)"
+        raise UserError(f"no results of suite {suite['name']!r} in {folder}{where}")
+    check_current(suite, results)
     if not args.budget and not suite["overrides"].get("max_rollouts"):
         raise UserError(f"suite {args.suite} sets no max_rollouts in its overrides: pass --budget")
     budget = args.budget or float(suite["overrides"]["max_rollouts"])
@@ -89,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a suite still running: an arm enters the table only with every seed the baseline has
     base_seeds = set(values[args.baseline])
     pending = {arm: len(set(v) & base_seeds) for arm, v in values.items() if not base_seeds <= set(v)}
+    pending.update({arm: 0 for arm in suite["runs"] if arm not in values})  # an arm with no result yet is said too
     if pending:
         print(f"not in the table, seeds finished of {args.baseline}'s {len(base_seeds)}: "
               + ", ".join(f"{arm} {n}" for arm, n in pending.items()))
@@ -142,8 +147,6 @@ PLOT_FORMATS = (".png", ".pdf", ".svg")
 
 def _check_plot_path(path: str) -> None:
     """Refuse a --plot file that cannot be written before any work: its format and its folder."""
-    from pathlib import Path
-
     p = Path(path)
     if p.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot {path}: give a file ending in {', '.join(PLOT_FORMATS)}")

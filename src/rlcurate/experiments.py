@@ -48,7 +48,7 @@ from rlcurate.errors import Stopped, UserError
 from rlcurate.models.architectures import model_parameters
 from rlcurate.runs_progress import SuiteProgress
 from rlcurate.stopping import PARENT_ENV, STOP_SIGNALS, StopRequest, catch_stop_signals
-from rlcurate.train.config import TrainConfig, read_yaml
+from rlcurate.train.config import TrainConfig, _beside, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,11 @@ def load_suite(path: str | Path) -> dict[str, Any]:
     suite["overrides"] = suite.get("overrides") or {}
     if not isinstance(suite["overrides"], dict):
         raise UserError(f"{path}: overrides must be a mapping of config keys, got {suite['overrides']!r}")
+    for where, over in [("overrides", suite["overrides"])] + [(f"run {r!r}", o or {}) for r, o in suite["runs"].items()]:
+        for key, instead in SUITE_SETS.items():
+            if key in over:
+                raise UserError(f"{path}: {where} sets {key}: {over[key]!r}, which `rlcurate runs` sets itself; "
+                                f"{instead}")
     suite["seeds"] = suite.get("seeds", [0])
     seeds = suite["seeds"]
     if not isinstance(seeds, list) or not seeds or not all(
@@ -94,6 +99,16 @@ def load_suite(path: str | Path) -> dict[str, Any]:
     suite["_path"] = str(path)
     return suite
 
+
+SUITE_SETS = {"seed": "a suite's seeds are its seeds: list (or --seeds)",
+              "out_dir": "each run's folder is --scratch/<run>_s<seed> (choose the folder with --scratch)",
+              "resume": "a run stopped part-way always resumes (--force starts it over)"}
+"""Config keys :func:`run_config` sets for every (run, seed): a suite that sets one is refused, not overridden."""
+
+RESULT_NEUTRAL_KEYS = frozenset({"out_dir", "resume", "progress", "threads", "save_model", "checkpoint_every",
+                                 "report_to"})
+"""Config keys that do not change a run's metrics: a stored result that differs from its suite only in these is
+current (:func:`stale_changes`)."""
 
 ENDPOINTS = ("rollouts_to_target", "final", "area")
 
@@ -141,8 +156,50 @@ def run_config(suite: dict[str, Any], name: str, seed: int, scratch: Path) -> Tr
     if not isinstance(base, dict):
         raise UserError(f"{base_path}: the base config must be a mapping of keys to values")
     data = {**base, **suite["overrides"], **(suite["runs"][name] or {})}
+    if "model" in data:
+        data["model"] = _model_beside(data["model"], suite)
     data.update(seed=int(seed), out_dir=str(scratch / f"{name}_s{seed}"), resume=True, progress=False)
     return TrainConfig.from_dict(data, source=f"{suite['_path']}: run {name!r}")
+
+
+def _model_beside(model, suite: dict[str, Any]):
+    """A relative checkpoint path found as `rlcurate train` finds one beside its config: above the suite file, else
+    above its base config; else unchanged."""
+    return _beside(_beside(model, Path(suite["_path"])), _find(suite["base"], Path(suite["_path"])))
+
+
+def stale_changes(suite: dict[str, Any], result: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{key: (stored, now)}``: how the config a stored result was made with differs from the one its suite now
+    gives that (run, seed), outside :data:`RESULT_NEUTRAL_KEYS`; empty when the result is current (or its run is
+    no longer in the suite, or it records no config). A relative model path that names the same checkpoint is the same model."""
+    from rlcurate.train.preflight import config_changes
+
+    if result.get("run") not in suite["runs"] or not result.get("config"):  # a result that records no config: no check
+        return {}
+    config = run_config(suite, result["run"], result["seed"], Path("runs") / suite["name"])
+    changes = {k: v for k, v in config_changes(result["config"], config).items() if k not in RESULT_NEUTRAL_KEYS}
+    if "model" in changes:
+        old, new = (str(m) for m in changes["model"])
+        if Path(_model_beside(old, suite)).resolve() == Path(new).resolve():
+            del changes["model"]
+    return changes
+
+
+def check_current(suite: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    """Refuse stored results made with another config than the suite now gives them (:func:`stale_changes`), in
+    one line naming the first and what changed: paired with current runs they would compare two protocols."""
+    try:
+        stale = [(r, c) for r in results if (c := stale_changes(suite, r))]
+    except UserError as exc:  # the suite's configs cannot be built here (its base config is elsewhere, say)
+        print(f"warning: the results are not checked against {suite['_path']}'s configs: {exc}", file=sys.stderr)
+        return
+    if stale:
+        r, changes = stale[0]
+        what = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items()))
+        raise UserError(f"{len(stale)} stored result(s) of suite {suite['name']!r} were made with another config than "
+                        f"{suite['_path']} now gives (run {r['run']!r} seed {r['seed']}: {what}); rerun them with "
+                        f"`rlcurate runs --suite {suite['_path']} --force` (--only and --seeds choose them), or restore "
+                        f"the suite file they were made with")
 
 
 def result_path(out: Path, name: str, seed: int) -> Path:
@@ -316,7 +373,7 @@ def pending_runs(names: list[str], seeds: list[int], out: Path, force: bool = Fa
 
 
 def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, scratch: Path, force: bool,
-                jobs: int = 1) -> None:
+                jobs: int = 1) -> list[tuple[str, int, TrainConfig]]:
     """Check every (run, seed) to make before any starts, as ``rlcurate train`` would (no model is
     loaded), then the scratch folder's free space for ``jobs`` runs at a time (:func:`_check_scratch_space`);
     with ``force`` the scratch folders are about to be emptied, so an old run there is no reason to refuse."""
@@ -342,6 +399,23 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
             msg = msg.replace(RESULTS_REMEDY, "use another --scratch, or --force to start this run over")
             raise UserError(f"{suite['_path']}: run {n!r} seed {s}: {msg}") from None
     _check_scratch_space(configs, scratch, force, jobs)
+    return configs
+
+
+def _start_over(configs: list[tuple[str, int, TrainConfig]]) -> None:
+    """``--force``: empty each run's scratch folder so that it trains from its first step, except a run stopped
+    part-way whose checkpoint holds the same config (a forced run interrupted earlier): it resumes, so that
+    running the same command again after a stop loses nothing."""
+    from rlcurate.train.preflight import check_resume, checkpoint_dir
+
+    for _, _, config in configs:
+        if checkpoint_dir(config.out_dir) is not None:
+            try:
+                check_resume(config)
+                continue
+            except UserError:
+                pass
+        shutil.rmtree(config.out_dir, ignore_errors=True)
 
 
 def _check_scratch_space(runs: list[tuple[str, int, TrainConfig]], scratch: Path, force: bool, jobs: int) -> None:
@@ -409,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="comma-separated seeds (default: the suite's)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses the config's threads)")
     parser.add_argument("--scratch", help="folder for the runs' checkpoints and logs (default runs/<suite>)")
-    parser.add_argument("--force", action="store_true", help="recompute results that already exist")
+    parser.add_argument("--force", action="store_true",
+                        help="recompute results that already exist (a run stopped part-way with the same config "
+                             "resumes; any other starts over)")
     parser.add_argument("--list", action="store_true", help="print the (run, seed) pairs and their status")
     parser.add_argument("--replay", type=int, metavar="STEPS",
                         help="re-run the first STEPS steps of each stored result and report every metric that "
@@ -438,25 +514,33 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or Path("data") / "runs" / suite["name"])
     scratch = Path(args.scratch or Path("runs") / suite["name"])
     todo = pending_runs(names, seeds, out, args.force)
+    for n in names:  # a bad run config is refused here too, --list included, not listed as "missing"
+        run_config(suite, n, seeds[0], scratch)
+    finished = [r for n in names for s in seeds if result_is_readable(result_path(out, n, s))
+                for r in [read_result(result_path(out, n, s))]]
     if args.list:
+        stale = {(r["run"], r["seed"]): stale_changes(suite, r) for r in finished}
         for n in names:
             for s in seeds:
                 path = result_path(out, n, s)
-                status = ("done" if result_is_readable(path) else "unreadable (will be recomputed)") \
-                    if path.exists() else "missing"
+                changes = stale.get((n, s))
+                status = ("missing" if not path.exists() else "unreadable (will be recomputed)" if changes is None
+                          else "done" if not changes else "stale, made with another config ("
+                          + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changes.items())) + ")")
                 print(f"{n:28s} seed {s}: {status}")
         return 0
+    if not args.force:  # a stale result would be paired with current runs: recompute it, or restore the suite
+        check_current(suite, finished)
     if args.replay is not None:
         return _replay(names, seeds, out, scratch, args.replay)
-    _check_runs(suite, todo, out, scratch, args.force, args.jobs)
+    configs = _check_runs(suite, todo, out, scratch, args.force, args.jobs)
     out.mkdir(parents=True, exist_ok=True)
     scratch.mkdir(parents=True, exist_ok=True)
     if args.force:
-        for n, s in todo:
-            shutil.rmtree(scratch / f"{n}_s{s}", ignore_errors=True)
+        _start_over(configs)
     progress_log = scratch / "progress.log"
     print(f"{len(todo)} run(s) to make in {out} ({args.jobs} at a time); progress also in {progress_log}", flush=True)
-    failures, stopped = [], []
+    failures, stopped, made = [], [], []
     progress = SuiteProgress(len(todo), args.jobs, progress_log, write=lambda line: print(line, flush=True))
 
     def work(item):
@@ -467,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.started(n, s, scratch / f"{n}_s{s}")
         try:
             r = run_one(suite, n, s, out, scratch)
+            made.append((n, s))
             final = (r["summary"].get("final_eval") or {}).get("eval/accuracy")
             progress.finished(n, s, time.perf_counter() - t0, final)
         except RunStopped:
@@ -481,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             list(pool.map(work, todo))
     if _STOP.requested:
-        left = len(pending_runs(names, seeds, out))
+        left = len(todo) - len(made) - len(failures)
         raise Stopped(f"{_STOP.name}: {len(stopped)} run(s) stopped at a checkpoint ({', '.join(f'{n} seed {s}' for n, s in stopped) or 'none'}), "
                       f"{left} of {len(todo)} still to make; run the same command again to resume them", 128 + _STOP.signum)
     if failures:

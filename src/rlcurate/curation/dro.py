@@ -58,6 +58,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rlcurate._validate import as_int
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 
@@ -237,7 +238,7 @@ class DROProcessor(Processor):
         self.reward_mix = float(reward_mix)
         self.answer_template = answer_template
         self.append_eos = bool(append_eos)
-        self.token_budget = int(token_budget)
+        self.token_budget = as_int(token_budget, "token_budget", minimum=1)
         self.last_stats: list[DROStats | None] = []
         self.last_dropped: list[int] = []
 

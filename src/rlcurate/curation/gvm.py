@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlcurate._validate import as_finite, as_probability
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.allocation import gvm_allocation, round_preserving_sum
@@ -72,11 +73,13 @@ class GvmSampler(Sampler):
             raise ValueError(f"min_per_prompt ({min_per_prompt}) exceeds budget_per_prompt ({budget_per_prompt})")
         self.pilot = int(pilot)
         self.budget_per_prompt = None if budget_per_prompt is None else int(budget_per_prompt)
-        self.alpha, self.beta = float(alpha), float(beta)
+        self.alpha = float(as_finite(alpha, "alpha", nonnegative=True))
+        self.beta = float(beta)
         self.min_per_prompt = int(min_per_prompt)
         self.train_pilot = bool(train_pilot)
         self.positive_threshold = float(positive_threshold)
-        self.filter_threshold, self.filter_insufficient = float(filter_threshold), float(filter_insufficient)
+        self.filter_threshold = float(as_probability(filter_threshold, "filter_threshold"))
+        self.filter_insufficient = float(as_probability(filter_insufficient, "filter_insufficient"))
         self.last: dict = {}
         self._warned = False
 

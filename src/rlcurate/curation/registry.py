@@ -267,7 +267,27 @@ def validate_strategy(strategy: Any, kwargs: Any = None) -> list[tuple[str, dict
     return list(zip(names, parts))
 
 
+def _check_numbers(name: str, kwargs: dict) -> None:
+    """An option whose default is a number must be a finite number, and a whole one where the default is an
+    int: a NaN or a string would otherwise reach the strategy's arithmetic at the first step."""
+    import math
+    import numbers
+
+    defaults = {f.name: f.default for f in dataclasses.fields(_REGISTRY[name]) if f.init}
+    for key, value in kwargs.items():
+        default = defaults.get(key)
+        if isinstance(default, bool) or not isinstance(default, (int, float)) or value is None:
+            continue
+        whole = isinstance(default, int)
+        ok = (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+              and (not whole or float(value).is_integer()))
+        if not ok:
+            raise UserError(f"strategy {name!r}: {key} must be {'a whole number' if whole else 'a finite number'}, "
+                            f"got {value!r}")
+
+
 def _build(name: str, kwargs: dict) -> Curator:
+    _check_numbers(name, kwargs)
     try:
         return _REGISTRY[name](**kwargs).build()
     except UserError:

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from rlcurate._validate import as_probability
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.curation.sage_hints import (
@@ -243,7 +244,8 @@ class SageLightSampler(Sampler):
         if rule not in ("code", "paper"):
             raise ValueError(f"rule must be 'code' or 'paper', got {rule!r}")
         self.rule = rule
-        self.min_threshold, self.max_threshold, self.alpha = float(min_threshold), float(max_threshold), float(alpha)
+        self.min_threshold, self.max_threshold, self.alpha = (float(as_probability(v, n)) for v, n in (
+            (min_threshold, "min_threshold"), (max_threshold, "max_threshold"), (alpha, "alpha")))
         self.max_level = int(max_level)
         self.positive_threshold = float(positive_threshold)
         self.hints = HintSource(hint_source, self.max_level, max_retries, hint_max_new_tokens, hint_mode)

@@ -43,6 +43,7 @@ import math
 import re
 from typing import Sequence
 
+from rlcurate._validate import as_int
 from rlcurate.curation.base import StepContext
 from rlcurate.tasks.hints import answer_free_steps, cut_at_answer, user_hint
 
@@ -201,7 +202,7 @@ class HintSource:
         self.mode = mode
         self.max_level = int(max_level)
         self.max_retries = int(max_retries)
-        self.max_new_tokens = int(max_new_tokens)
+        self.max_new_tokens = as_int(max_new_tokens, "hint_max_new_tokens", minimum=1)
         self._cache_step: int | None = None
         self._cache: dict[int, dict[int, str]] = {}
         self.tokens: dict[int, int] = {}  # hint tokens generated per prompt this step

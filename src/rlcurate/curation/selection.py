@@ -74,6 +74,7 @@ from typing import Any
 
 import numpy as np
 
+from rlcurate._validate import as_finite, as_int, as_probability
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.beliefs import BetaBeliefs, insight_score, top_m
@@ -146,8 +147,8 @@ class BeliefSelector(Selector):
         if not 0.0 < float(discount) <= 1.0:
             raise ValueError(f"discount must lie in (0, 1], got {discount!r}")
         self.discount = float(discount)
-        self.alpha0 = float(alpha0)
-        self.beta0 = float(beta0)
+        self.alpha0 = float(as_finite(alpha0, "alpha0", positive=True))
+        self.beta0 = float(as_finite(beta0, "beta0", positive=True))
         self.candidate_factor = int(candidate_factor)
         self.success_threshold = float(success_threshold)
         self.beliefs: BetaBeliefs | None = None
@@ -270,8 +271,9 @@ class InsightSelector(BeliefSelector):
 
     def __init__(self, eta: float = 3.0, mu: float = 0.3, K: int | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.eta, self.mu = float(eta), float(mu)
-        self.K = None if K is None else int(K)
+        self.eta = float(as_finite(eta, "eta", nonnegative=True))
+        self.mu = float(as_probability(mu, "mu"))
+        self.K = None if K is None else as_int(K, "K", minimum=1)
 
     def scores(self, ctx, candidates):
         K = self.K if self.K is not None else int(ctx.group_size)
@@ -296,7 +298,7 @@ class MoPPSSelector(BeliefSelector):
     def __init__(self, target: float = 0.5, **kwargs):
         kwargs.setdefault("candidates", "epoch")
         super().__init__(**kwargs)
-        self.target = float(target)
+        self.target = float(as_probability(target, "target"))
 
     def scores(self, ctx, candidates):
         draws = self.beliefs.sample(ctx.rng, candidates)
