@@ -49,6 +49,7 @@ def own_strategies(tmp_path, monkeypatch):
         registry._REGISTRY.update(saved[0])
         registry._IMPORTED.clear()
         registry._IMPORTED.update(saved[1])
+        registry._SILENT_PLUGINS.clear()
         for path in written:
             sys.modules.pop(f"rlcurate_strategies.{path.stem}", None)
 
@@ -230,6 +231,24 @@ def test_a_bad_entry_in_rlcurate_strategies_is_refused_in_one_line(own_strategie
         build_curator("my_own_strategy")
 
 
+def test_a_file_that_registers_nothing_is_named_and_one_imported_twice_is_one_strategy(own_strategies, monkeypatch):
+    """A strategy file without @register: the unknown name's message names the file. The same file imported through
+    RLCURATE_STRATEGIES and by its module name (a notebook does both) registers one strategy, not two."""
+    quiet = own_strategies("noreg", "from dataclasses import dataclass\nx = 1\n")
+    with pytest.raises(UserError, match=re.escape(f"imported {quiet}, which registered no strategy (is @register")):
+        build_curator("noreg")
+    mine = own_strategies("skip_solved", readme_block("## A worked example: `skip_solved.py`"))
+    assert "skip_solved" in available()
+    monkeypatch.syspath_prepend(str(mine.parent))
+    import importlib
+
+    try:
+        importlib.import_module("skip_solved")  # the same file under another module name: no "registered twice"
+        assert build_curator("skip_solved").name
+    finally:
+        sys.modules.pop("skip_solved", None)
+
+
 def test_an_installed_packages_entry_point_registers_its_strategy(own_strategies, monkeypatch, tmp_path):
     """A package declaring ``[project.entry-points."rlcurate.strategies"]`` is imported at the first lookup of
     a process (once: reading every package's metadata takes milliseconds)."""
@@ -288,3 +307,45 @@ def test_a_first_choice_order_offset_does_not_change_is_noted(own_strategies, ca
     assert not check_strategy("uniform", steps=4, compositions=False, numpy_alone=False)["notes"]
     assert main(["strategies", "constant_seed", "--check", "--options", "{sed: 3}"]) == 2
     assert "strategy 'constant_seed' does not take sed (did you mean 'seed'?)" in capsys.readouterr().err
+
+
+def test_a_parts_mistake_is_named_where_it_is_made():
+    """Mistakes a strategy's author makes are named at the hook that made them: a selector returning floats or an
+    index outside the pool, a sampler returning something other than Groups, and an observe that changes the
+    rewards (which would otherwise be logged and learnt from as if scored; the metrics are taken before observe)."""
+    from rlcurate.curation.base import Curator, Sampler, Selector
+    from rlcurate.sim.bridge import SimTrainer
+    from rlcurate.sim.world import SoftmaxWorld
+
+    class Floats(Selector):
+        name = "floats"
+
+        def select(self, ctx, k):
+            return [float(i) for i in range(k)]
+
+    class Outside(Selector):
+        name = "outside"
+
+        def select(self, ctx, k):
+            return [10_000] * k
+
+    class Lists(Sampler):
+        name = "lists"
+
+        def rollout(self, ctx, indices):
+            return [[g] for g in ctx.generate(indices, ctx.group_size)]
+
+    class Zeroes(Selector):
+        name = "zeroes"
+
+        def observe(self, ctx, groups):
+            for g in groups:
+                g.rewards *= 0
+
+    world = SoftmaxWorld.make(n_prompts=40, seed=0)
+    for curator, error, needle in ((Curator(Floats()), TypeError, "selector 'floats': select must return pool indices"),
+                                   (Curator(Outside()), IndexError, "returned index 10000, outside the pool of"),
+                                   (Curator(sampler=Lists()), TypeError, "sampler 'lists': rollout must return a list"),
+                                   (Curator(Zeroes()), RuntimeError, "observe changed the rewards")):
+        with pytest.raises(error, match=needle):
+            SimTrainer(world, curator, prompts_per_step=4, group_size=4, seed=0).run(1)

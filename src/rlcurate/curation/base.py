@@ -349,7 +349,8 @@ class Part:
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
         """After the update: the trained groups (and ``ctx.generated_groups``, everything generated
-        this step) to learn from. Reads any field of a Group; writes none."""
+        this step) to learn from. Reads any field of a Group; writes none (a step whose rewards change
+        here stops with an error: the logs and the next steps would read rewards nobody scored)."""
 
     def metrics(self) -> dict[str, float]:
         """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
@@ -461,8 +462,10 @@ class Curator:
         self.sampler = sampler or Sampler()
         self.processors = list(processors)
         self.name = name or "+".join([self.selector.name, self.sampler.name] + [p.name for p in self.processors])
+        self._n_items: int | None = None
 
     def bind(self, n_items: int, seed: int) -> None:
+        self._n_items = int(n_items)
         self.selector.bind(n_items, seed)
         for part in [self.sampler, *self.processors]:
             if hasattr(part, "bind"):
@@ -470,11 +473,30 @@ class Curator:
 
     def select(self, ctx: StepContext) -> list[int]:
         ctx._more_prompts = functools.partial(self.selector.more, ctx)
-        return self.selector.select(ctx, ctx.prompts_per_step)
+        return self._checked_indices(self.selector.select(ctx, ctx.prompts_per_step))
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
         ctx._more_prompts = functools.partial(self.selector.more, ctx)
-        return self.sampler.rollout(ctx, indices)
+        groups = self.sampler.rollout(ctx, indices)
+        if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
+            bad = groups if not isinstance(groups, list) else next(g for g in groups if not isinstance(g, Group))
+            raise TypeError(f"sampler {self.sampler.name!r}: rollout must return a list of Group (what ctx.generate "
+                            f"returns), got {type(bad).__name__} {str(bad)[:60]}")
+        return groups
+
+    def _checked_indices(self, picked) -> list[int]:
+        """The selector's prompts as Python ints in the pool: a float, a bool or an index outside the pool is the
+        selector's mistake, named here rather than met later as an IndexError in rendering."""
+        out = []
+        for i in list(picked):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                raise TypeError(f"selector {self.selector.name!r}: select must return pool indices (ints), got "
+                                f"{type(i).__name__} {i!r}")
+            if self._n_items is not None and not 0 <= int(i) < self._n_items:
+                raise IndexError(f"selector {self.selector.name!r}: select returned index {int(i)}, outside the pool "
+                                 f"of {self._n_items} prompts")
+            out.append(int(i))
+        return out
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
         for p in self.processors:

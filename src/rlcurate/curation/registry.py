@@ -41,6 +41,7 @@ import dataclasses
 import difflib
 import importlib
 import importlib.util
+import inspect
 import os
 import pkgutil
 import sys
@@ -86,13 +87,23 @@ def register(name: str):
             if f.name == "name" or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
                 raise TypeError(f"strategy {name!r}: option {f.name!r} needs a default (and may not be called 'name')")
         old = _REGISTRY.get(name)
-        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__) \
+                and (old.__qualname__, _source(old)) != (cls.__qualname__, _source(cls)):
             raise ValueError(f"strategy {name!r} is registered twice ({old.__module__}.{old.__qualname__} "
                              f"and {cls.__module__}.{cls.__qualname__})")
         cls.name = name
         _REGISTRY[name] = cls  # the same class re-imported (a module reloaded) replaces itself
         return cls
     return deco
+
+
+def _source(cls) -> Path | None:
+    """The file that defines ``cls``: a strategy file imported both through :data:`PLUGINS_ENV` and by its module
+    name registers one strategy, not two."""
+    try:
+        return Path(inspect.getsourcefile(cls)).resolve()
+    except (TypeError, OSError):
+        return None
 
 
 def _discover() -> None:
@@ -128,7 +139,19 @@ def _import_once(key: str, load) -> None:
         raise
 
 
+_SILENT_PLUGINS: list[str] = []
+"""Entries of :data:`PLUGINS_ENV` whose import registered no strategy (a missing ``@register``?)."""
+
+
 def _import_plugin(entry: str) -> None:
+    """Import one entry of :data:`PLUGINS_ENV` (:func:`_load_plugin`), noting one that registers nothing."""
+    before = set(_REGISTRY)
+    _load_plugin(entry)
+    if set(_REGISTRY) == before:
+        _SILENT_PLUGINS.append(entry)
+
+
+def _load_plugin(entry: str) -> None:
     """Import one entry of :data:`PLUGINS_ENV`: a ``.py`` file (as module ``rlcurate_strategies.<stem>``)
     or a module name; one line naming the entry when it is neither."""
     if entry.endswith(".py"):
@@ -175,9 +198,11 @@ def close_matches(word: str, choices) -> str:
 
 
 def _unknown(name: str) -> UserError:
+    silent = (f"; {PLUGINS_ENV} imported {', '.join(_SILENT_PLUGINS)}, which registered no strategy (is @register "
+              f"missing above @dataclass?)" if _SILENT_PLUGINS else "")
     return UserError(f"unknown strategy {name!r}{close_matches(name, _REGISTRY)}; available: "
                      f"{', '.join(sorted(_REGISTRY))} (or a+b: the selector of a with the sampler of b; "
-                     f"a strategy in a file of your own: {PLUGINS_ENV}=path/to/it.py)")
+                     f"a strategy in a file of your own: {PLUGINS_ENV}=path/to/it.py){silent}")
 
 
 def config_class(name: str) -> type[StrategyConfig]:

@@ -31,7 +31,7 @@ from rlcurate.stats.gate import outcome_shares
 if TYPE_CHECKING:
     from rlcurate.policy.base import Policy
 
-__all__ = ["StepOutcome", "run_step", "drop_nonfinite_rewards"]
+__all__ = ["StepOutcome", "run_step", "drop_nonfinite_rewards", "group_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,26 @@ class StepOutcome:
     sample_seconds: float
     train_seconds: float
     nonfinite_rewards: int = 0
+    metrics: dict[str, float] | None = None
+    """:func:`group_metrics` of the step, taken before ``observe``."""
 
     def group_metrics(self) -> dict[str, float]:
-        """The group statistics every world logs: mean sampled reward, the outcome shares of the
-        sampled groups (``effective_prompt_ratio`` = mixed, ``frac_all_right``, ``frac_all_wrong``)
-        and how many groups were trained and mixed."""
-        rewards = np.concatenate([g.rewards for g in self.sampled if g.size] or [np.zeros(0)])
-        shares = outcome_shares([g.rewards for g in self.sampled if g.size])
-        return {"reward_mean": float(rewards.mean()) if rewards.size else 0.0,
-                "effective_prompt_ratio": shares["mixed"],
-                "frac_all_right": shares["always_right"],
-                "frac_all_wrong": shares["always_wrong"],
-                "groups_trained": len(self.trained),
-                "groups_trained_mixed": int(sum(g.mixed for g in self.trained))}
+        """The group statistics every world logs (:func:`group_metrics`), as the step's groups were before the
+        curator observed them."""
+        return dict(self.metrics) if self.metrics is not None else group_metrics(self.sampled, self.trained)
+
+
+def group_metrics(sampled: list[Group], trained: list[Group]) -> dict[str, float]:
+    """Mean sampled reward, the outcome shares of the sampled groups (``effective_prompt_ratio`` = mixed,
+    ``frac_all_right``, ``frac_all_wrong``) and how many groups were trained and mixed."""
+    rewards = np.concatenate([g.rewards for g in sampled if g.size] or [np.zeros(0)])
+    shares = outcome_shares([g.rewards for g in sampled if g.size])
+    return {"reward_mean": float(rewards.mean()) if rewards.size else 0.0,
+            "effective_prompt_ratio": shares["mixed"],
+            "frac_all_right": shares["always_right"],
+            "frac_all_wrong": shares["always_wrong"],
+            "groups_trained": len(trained),
+            "groups_trained_mixed": int(sum(g.mixed for g in trained))}
 
 
 def run_step(curator: Curator, ctx: StepContext, policy: "Policy", advantage: str, adv_eps: float) -> StepOutcome:
@@ -75,9 +82,16 @@ def run_step(curator: Curator, ctx: StepContext, policy: "Policy", advantage: st
     t1 = time.perf_counter()
     advantages = [group_advantages(g, advantage, adv_eps) for g in trained]
     update = policy.update(trained, advantages)
+    metrics = group_metrics(sampled, trained)
+    rewards = [g.rewards.copy() for g in sampled]
     curator.observe(ctx, trained)
+    changed = next((g for g, r in zip(sampled, rewards) if not np.array_equal(g.rewards, r, equal_nan=True)), None)
+    if changed is not None:  # the logs, the advantages and the next steps would read rewards that were not scored
+        raise RuntimeError(f"curator {curator.name!r}: observe changed the rewards of the group of prompt "
+                           f"{changed.problem.uid!r}; observe reads the step's groups and writes none "
+                           f"(rlcurate/curation/README.md)")
     return StepOutcome(sampled, trained, advantages, update, ctx.counters, t1 - t0, time.perf_counter() - t1,
-                       nonfinite)
+                       nonfinite, metrics)
 
 
 def drop_nonfinite_rewards(ctx: StepContext, sampled: list[Group]) -> tuple[list[Group], int]:
