@@ -89,9 +89,10 @@ def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("kwargs,needle", [("{eta: -1}", "eta must be >= 0, got -1"), ("{K: 0}", "K must be >= 1"),
-                                           ("{alpha0: -1}", "alpha0 must be > 0"), ("{mu: 2}", "mu must lie in [0, 1]"),
-                                           ("{eta: .nan}", "eta must be a finite number, got nan"),
-                                           ("{eta: three}", "eta must be a finite number, got 'three'")])
+                                           ("{alpha0: -1}", "alpha0 must be > 0"), ("{K: 1.5}", "K must be an integer"),
+                                           ("{eta: .nan}", "eta must be finite (no NaN or infinity), got nan"),
+                                           ("{eta: three}", "eta must be numeric, got 'three'"),
+                                           ("{success_threshold: .nan}", "success_threshold must be a finite number")])
 def test_a_belief_selector_option_out_of_range_is_refused_before_the_model_loads(capsys, tmp_path, kwargs, needle):
     """Before: accepted by the checks, then a traceback at step 0 with a half-made run folder."""
     _train_refused(capsys, tmp_path, ["strategy=insight", f"strategy_kwargs={kwargs}"], "strategy 'insight'", needle)

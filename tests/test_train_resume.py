@@ -129,7 +129,7 @@ def test_stopping_runs_stops_its_runs_at_a_checkpoint_and_resumes_them(tmp_path,
     says what stopped (exit 143), and resuming the run gives the uninterrupted metrics."""
     suite = tmp_path / "suite.yaml"
     cfg = _small(tmp_path / "unused")
-    cfg.pop("out_dir")
+    cfg.pop("out_dir"), cfg.pop("seed")  # a suite's runs take their folder and seed from `rlcurate runs`
     suite.write_text(yaml.safe_dump({"name": "stop_test", "base": "configs/tiny_uniform.yaml", "overrides": cfg,
                                      "seeds": [3, 4], "runs": {"uniform": {}}}))
     out, scratch = tmp_path / "out", tmp_path / "scratch"
@@ -342,7 +342,7 @@ def test_a_killed_runs_leaves_no_orphan_and_its_run_resumes(tmp_path, small_refe
     the command resumes it to the uninterrupted metrics (issue #30)."""
     suite = tmp_path / "suite.yaml"
     cfg = _small(tmp_path / "unused")
-    cfg.pop("out_dir")
+    cfg.pop("out_dir"), cfg.pop("seed")  # a suite's runs take their folder and seed from `rlcurate runs`
     suite.write_text(yaml.safe_dump({"name": "kill_test", "base": "configs/tiny_uniform.yaml", "overrides": cfg,
                                      "seeds": [3], "runs": {"uniform": {}}}))
     out, scratch = tmp_path / "out", tmp_path / "scratch"

@@ -307,18 +307,19 @@ def _check_numbers(name: str, kwargs: dict) -> None:
         ok = (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
               and (not whole or float(value).is_integer()))
         if not ok:
-            raise UserError(f"strategy {name!r}: {key} must be {'a whole number' if whole else 'a finite number'}, "
-                            f"got {value!r}")
+            raise UserError(f"strategy {name!r}, strategy_kwargs {kwargs}: {key} must be "
+                            f"{'a whole number' if whole else 'a finite number'}, got {value!r}")
 
 
 def _build(name: str, kwargs: dict) -> Curator:
-    _check_numbers(name, kwargs)
     try:
-        return _REGISTRY[name](**kwargs).build()
+        curator = _REGISTRY[name](**kwargs).build()
     except UserError:
         raise
     except (ValueError, TypeError) as exc:  # a part rejecting a value (or its type) the user gave
         raise UserError(f"strategy {name!r}, strategy_kwargs {kwargs}: {exc}") from exc
+    _check_numbers(name, kwargs)  # what the strategy's own checks let through
+    return curator
 
 
 def build_curator(strategy: str, **kwargs) -> Curator:

@@ -272,7 +272,7 @@ class InsightSelector(BeliefSelector):
     def __init__(self, eta: float = 3.0, mu: float = 0.3, K: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.eta = float(as_finite(eta, "eta", nonnegative=True))
-        self.mu = float(as_probability(mu, "mu"))
+        self.mu = float(as_finite(mu, "mu"))  # any centre: chapter 9 also runs the appendix's printed 3.0
         self.K = None if K is None else as_int(K, "K", minimum=1)
 
     def scores(self, ctx, candidates):
