@@ -175,6 +175,25 @@ BROKEN = {
             def build(self):
                 return Curator(IntKeyed(), Sampler(), name=self.name)
         """, r"resuming from its state_dict after a JSON round trip fails \(IndexError: .*store it as rows"),
+    "uncharged": ("""
+        from dataclasses import dataclass
+        from rlcurate.curation.base import Curator, Sampler, Selector
+        from rlcurate.curation.registry import StrategyConfig, register
+
+        class Peeking(Sampler):
+            def rollout(self, ctx, indices):
+                # a search the step never pays for: sampled from the policy around ctx.generate
+                ctx._policy.generate([ctx.render(i) for i in indices], 4, ctx._sampling, 0)
+                return ctx.generate(indices, ctx.group_size)
+
+        @register("broken_uncharged")
+        @dataclass
+        class Config(StrategyConfig):
+            \"\"\"Samples rollouts around ctx.generate.\"\"\"
+
+            def build(self):
+                return Curator(Selector(), Peeking(), name=self.name)
+        """, r"the policy sampled 512 tokens, the step's counters charged 256: draw rollouts with ctx.generate"),
     "torch": ("""
         import torch
         from dataclasses import dataclass

@@ -10,7 +10,8 @@ The checks, each on a world of :data:`WORLD` (chapter 1's spread of pass rates, 
 
 1. **described**: a docstring, and every option with a default and a docstring (``rlcurate strategies NAME``);
 2. **trains**: :data:`STEPS` steps of :class:`~rlcurate.sim.bridge.SimTrainer`, every trained prompt an index
-   of the pool, the rollouts counted, the held-out pass rate finite;
+   of the pool, the rollouts counted, every sample the policy drew charged to the step (none drawn around
+   ``ctx.generate``), the held-out pass rate finite;
 3. **deterministic**: the same seed gives the same run, record for record (random choices drawn from global
    state, not from ``ctx.rng`` or a named stream, break this);
 4. **resumes exactly**: its state through JSON half-way (a checkpoint), a fresh curator continues to the same
@@ -82,6 +83,12 @@ def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, num
         _require(picked and all(0 <= i < pool for i in picked),
                  f"{name}: step {step} rolled out {picked} (pool {pool})")
     _require(trainer.rollouts == sum(r["rollouts"] for r in full.records) > 0, f"{name}: rollouts not counted")
+    # the policy counts what it sampled; in this world a completion is one token, and an oracle's free estimates
+    # are counted apart
+    charged = trainer.generated_tokens + trainer.uncharged_rollouts
+    _require(trainer.policy.sampled_tokens == charged, (
+        f"{name}: the policy sampled {trainer.policy.sampled_tokens} tokens, the step's counters charged {charged}: "
+        f"draw rollouts with ctx.generate (text for the strategy itself with ctx.generate_text), never around it"))
     _require(np.isfinite(full.column("held_out")).all(), f"{name}: the held-out pass rate is not finite")
     done.append("trains")
 

@@ -148,6 +148,9 @@ class SimPolicy:
         self._v = np.zeros_like(self.theta)
         self._t = 0
         self.engine = SimEngine(world, self.theta)
+        self.sampled_tokens = 0
+        """Every token this policy has sampled, whoever asked: the contract compares it with what the
+        step's counters charged (a rollout drawn around ``ctx.generate`` shows up here alone)."""
 
     def _step(self, g: np.ndarray) -> None:
         if self.optimizer == "sgd":
@@ -165,7 +168,9 @@ class SimPolicy:
 
     def generate(self, prompts, n, params, seed):
         self.engine.theta = self.theta
-        return self.engine.generate(prompts, n, params, seed=seed)
+        out = self.engine.generate(prompts, n, params, seed=seed)
+        self.sampled_tokens += sum(len(c.token_ids) for comps in out for c in comps)
+        return out
 
     def grad_norms(self, group: Group) -> np.ndarray:
         """||grad log pi(a | x)|| for each completion of ``group`` (GVM's G_i, chapter 3), exact."""
@@ -228,6 +233,8 @@ class SimTrainer:
         self.advantage, self.adv_eps, self.seed, self.order_offset = advantage, adv_eps, seed, order_offset
         self.step = 0
         self.rollouts = 0
+        self.generated_tokens = 0  # charged: rollouts' tokens and text a strategy wrote for itself
+        self.uncharged_rollouts = 0  # an oracle arm's free pass-rate estimates
         self.sampled_prompts: list[list[int]] = []  # per step, the pool indices rolled out
 
     @property
@@ -256,6 +263,8 @@ class SimTrainer:
         self.sampled_prompts.append([int(g.index) for g in out.sampled])
         self.step += 1
         self.rollouts += out.counters.rollouts
+        self.generated_tokens += out.counters.generated_tokens
+        self.uncharged_rollouts += out.counters.uncharged_rollouts
         return {"step": self.step, "rollouts": out.counters.rollouts, "total_rollouts": self.rollouts,
                 "effective_prompt_ratio": out.group_metrics()["effective_prompt_ratio"],
                 "trained_samples": out.update["trained_samples"],
