@@ -82,6 +82,24 @@ def test_flat_kwarg_no_part_of_a_composition_takes(capsys, tmp_path):
                    "no part of insight+ada_seq_balanced takes nonsense")
 
 
+@pytest.mark.parametrize("spec,kwargs,needle", [
+    ("ada_est+dapo", "{n_min: 3}", "n_min changes only ada_est's sampler and processors, which the composition takes "
+                                   "from dapo instead"),
+    ("ada_est+dapo", "{ada_est: {n_min: 3}}", "n_min changes only ada_est's sampler and processors"),
+    ("dapo+insight", "{eta: 0.5}", "eta changes only insight's selector, which the composition takes from dapo")])
+def test_an_option_of_the_part_a_composition_discards_is_refused(capsys, tmp_path, spec, kwargs, needle):
+    """Before: accepted, and the run trained without it (a+b keeps a's selector and b's sampler)."""
+    _train_refused(capsys, tmp_path, [f"strategy={spec}", f"strategy_kwargs={kwargs}"], needle)
+
+
+def test_an_option_a_composition_keeps_is_taken():
+    from rlcurate.curation import build_curator
+
+    assert build_curator("uniform+ada_est", n_min=3).sampler.n_min == 3
+    assert build_curator("insight+ada_est", eta=0.5, n_min=3).selector.eta == 0.5
+    assert build_curator("ada_est+dapo", n_min=1).name == "ada_est+dapo"  # its default changes nothing: no harm
+
+
 def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
     _train_refused(capsys, tmp_path, ["strategy=ada_seq_balanced", "strategy_kwargs={correction: bogus}"],
                    "strategy 'ada_seq_balanced'",

@@ -169,7 +169,7 @@ def _first_diff(a: list[dict], b: list[dict]) -> str:
 
 
 def _compose(name: str, kwargs: dict, report: dict[str, Any]) -> None:
-    from rlcurate.curation.registry import available
+    from rlcurate.curation.registry import available, discarded_options
     from rlcurate.errors import UserError
 
     for other in available():
@@ -181,7 +181,9 @@ def _compose(name: str, kwargs: dict, report: dict[str, Any]) -> None:
             report["not_in_sim"].append(other)
             continue
         for spec in (f"{name}+{other}", f"{other}+{name}"):
-            split = {name: dict(kwargs)} if kwargs else {}
+            first = spec.startswith(f"{name}+")
+            kept = {k: v for k, v in kwargs.items() if k not in discarded_options(name, kwargs, first)}
+            split = {name: kept} if kept else {}
             try:
                 _run(spec, split, 2, seed=0)
             except UserError as exc:  # refused with one line: a valid answer

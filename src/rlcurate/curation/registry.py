@@ -326,8 +326,60 @@ def build_curator(strategy: str, **kwargs) -> Curator:
     """Build the curator named ``strategy`` (see :func:`available`). For ``a+b``, keyword arguments
     may be split as ``{a: {...}, b: {...}}`` or given flat (then each part takes the ones it knows).
     Bad names or arguments raise :class:`~rlcurate.errors.UserError` (:func:`validate_strategy`)."""
-    parts = [_build(n, kw) for n, kw in validate_strategy(strategy, kwargs)]
+    named = validate_strategy(strategy, kwargs)
+    parts = [_build(n, kw) for n, kw in named]
     if len(parts) == 1:
         return parts[0]
+    _check_kept_options(named)
     first, second = parts
     return Curator(first.selector, second.sampler, second.processors, name=strategy)
+
+
+def _kept(curator: Curator, first: bool) -> list:
+    """What ``a+b`` keeps of a part: the selector of ``a``, the sampler and processors of ``b``."""
+    return [curator.selector] if first else [curator.sampler, *curator.processors]
+
+
+def discarded_options(name: str, kwargs: dict, first: bool) -> list[str]:
+    """The options in ``kwargs`` of strategy ``name`` that change nothing ``a+b`` keeps of it, ``name`` being ``a``
+    (``first``) or ``b``: options of ``a``'s sampler or processors, of ``b``'s selector. Each option not at its
+    default is built alone and the kept part compared with the default build's."""
+    defaults = {f.name: f.default for f in dataclasses.fields(_REGISTRY[name]) if f.init}
+    base = _kept(_REGISTRY[name]().build(), first)
+    return [key for key, value in kwargs.items()
+            if not (key in defaults and _same_parts(value, defaults[key]))
+            and _same_parts(_kept(_REGISTRY[name](**{key: value}).build(), first), base)]
+
+
+def _check_kept_options(named: list[tuple[str, dict]]) -> None:
+    """Refuse an option of ``a+b`` that changes only what the composition discards: it would be accepted and
+    do nothing."""
+    (a, _), (b, _) = named
+    for k, (name, kwargs) in enumerate(named):
+        for key in discarded_options(name, kwargs, first=k == 0)[:1]:
+            lost, keeper = ("sampler and processors", b) if k == 0 else ("selector", a)
+            raise UserError(f"strategy '{a}+{b}', strategy_kwargs {key}={kwargs[key]!r}: {key} changes only "
+                            f"{name}'s {lost}, which the composition takes from {keeper} instead ({a}+{b} keeps "
+                            f"the selector of {a} and the sampler and processors of {b}); drop it, or run {name} "
+                            f"alone")
+
+
+def _same_parts(x: Any, y: Any, depth: int = 0) -> bool:
+    """Structural equality of two built parts (their attributes, recursively); anything not comparable
+    counts as different, so an option is refused only when it provably changes nothing kept."""
+    import numpy as np
+
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, np.ndarray):
+        return x.shape == y.shape and bool(np.array_equal(x, y))
+    if isinstance(x, (list, tuple)):
+        return len(x) == len(y) and all(_same_parts(u, v, depth + 1) for u, v in zip(x, y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same_parts(x[k], y[k], depth + 1) for k in x)
+    if hasattr(x, "__dict__") and not callable(x) and depth < 8:
+        return _same_parts(vars(x), vars(y), depth + 1)
+    try:
+        return bool(x == y)
+    except Exception:  # noqa: BLE001 (an object that cannot say: different)
+        return False
