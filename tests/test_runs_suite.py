@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from rlcurate.experiments import load_suite, pending_runs, result_path, run_one
+from rlcurate.experiments import load_suite, pending_runs, regenerate_command, result_path, run_one
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,6 +30,11 @@ def test_a_finished_run_writes_its_result_and_drops_its_checkpoint(tmp_path):
     run_dir = Path(result["config"]["out_dir"])
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "summary.json").is_file()
     assert not (run_dir / "checkpoint").exists() and not (run_dir / "checkpoint.old").exists()
+    # made with --out and --scratch of its own, the stored command makes it again in the same places
+    assert stored["command"] == (f"rlcurate runs --suite {suite_file} --only uniform --seeds 0 --force --out {out} "
+                                 f"--scratch {scratch}")
+    assert regenerate_command(suite, "uniform", 0, Path("data/runs/tiny_two_steps"), Path("runs/tiny_two_steps")) \
+        == f"rlcurate runs --suite {suite_file} --only uniform --seeds 0 --force"
 
 
 def test_pending_runs_go_seed_by_seed_and_skip_finished_ones(tmp_path):

@@ -206,8 +206,25 @@ def result_path(out: Path, name: str, seed: int) -> Path:
     return out / f"{name}_s{seed}.json"
 
 
-def regenerate_command(suite: dict[str, Any], name: str, seed: int) -> str:
-    return f"rlcurate runs --suite {suite['_path']} --only {name} --seeds {seed} --force"
+def default_out(suite: dict[str, Any]) -> Path:
+    """Where ``rlcurate runs`` writes a suite's results without ``--out``."""
+    return Path("data") / "runs" / suite["name"]
+
+
+def default_scratch(suite: dict[str, Any]) -> Path:
+    """Where ``rlcurate runs`` keeps a suite's run folders without ``--scratch``."""
+    return Path("runs") / suite["name"]
+
+
+def regenerate_command(suite: dict[str, Any], name: str, seed: int, out: Path | None = None,
+                       scratch: Path | None = None) -> str:
+    """The command that makes one run again, with the ``--out`` and ``--scratch`` it was made with where
+    they were not the defaults (so that the result lands where this one is)."""
+    cmd = f"rlcurate runs --suite {suite['_path']} --only {name} --seeds {seed} --force"
+    for flag, folder, default in (("--out", out, default_out(suite)), ("--scratch", scratch, default_scratch(suite))):
+        if folder is not None and Path(folder) != default:
+            cmd += f" {flag} {folder}"
+    return cmd
 
 
 def _compact(record: dict[str, Any]) -> dict[str, Any]:
@@ -262,7 +279,7 @@ def run_one(suite: dict[str, Any], name: str, seed: int, out: Path, scratch: Pat
     env = json.loads((run_dir / "environment.json").read_text()) if (run_dir / "environment.json").exists() else {}
     result = {
         "suite": suite["name"], "run": name, "seed": int(seed), "config": config.to_dict(),
-        "command": regenerate_command(suite, name, seed), "environment": env,
+        "command": regenerate_command(suite, name, seed, out, scratch), "environment": env,
         "wall_seconds": wall, "summary": json.loads((run_dir / "summary.json").read_text()),
         "metrics": metrics,
     }
@@ -511,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     if len(set(seeds)) < len(seeds):
         raise UserError(f"--seeds must name each seed once, got {args.seeds!r}")
-    out = Path(args.out or Path("data") / "runs" / suite["name"])
-    scratch = Path(args.scratch or Path("runs") / suite["name"])
+    out = Path(args.out) if args.out else default_out(suite)
+    scratch = Path(args.scratch) if args.scratch else default_scratch(suite)
     todo = pending_runs(names, seeds, out, args.force)
     for n in names:  # a bad run config is refused here too, --list included, not listed as "missing"
         run_config(suite, n, seeds[0], scratch)
