@@ -453,3 +453,17 @@ def test_the_chapters_gpu_runs_are_built_from_one_declaration(tmp_path):
     assert all(c.out_dir == str(tmp_path / "gpu" / a) and not c.resume for arms in gpu.values() for a, c in arms.items())
     assert chapter_gpu_configs("07_hinting", "smoke")["sage"].steps == 2
     assert not any(tmp_path.iterdir())  # building them creates nothing
+
+
+def test_a_dry_run_cuts_a_warm_up_that_would_outlast_its_steps():
+    """Before: every dry run of a GPU config warned that its warm-up never finishes, a cut the dry run made."""
+    from rlcurate.train import TrainConfig
+    from rlcurate.train.dry_run import cut_changes
+
+    config = TrainConfig.load(REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml")
+    assert config.warmup_steps >= 2
+    for steps in (1, 2):
+        cut = TrainConfig.from_dict({**config.to_dict(), **cut_changes(config, steps)})
+        assert cut.warmup_steps == 0 and cut.warmup_note() is None
+    long = cut_changes(config, config.warmup_steps + 1)
+    assert "warmup_steps" not in long  # a warm-up the steps outlast is kept
