@@ -46,6 +46,16 @@ def test_cuda_settings_on_a_machine_without_cuda_are_refused_before_the_run_fold
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_a_cuda_setting_on_a_folder_with_a_checkpoint_names_the_machine_first(capsys, tmp_path):
+    """Before: the resume check spoke first ("a checkpoint made with a different config: dtype"), and its remedy
+    (resume=false) led to the CUDA refusal."""
+    assert main(_train(tmp_path / "run", "steps=1", "checkpoint_every=1", "eval_every=0")) == 0
+    capsys.readouterr()
+    _refused(capsys, _train(tmp_path / "run", "steps=2", "checkpoint_every=1", "eval_every=0", "dtype=bf16"),
+             "dtype=bf16 but CUDA is not available")
+
+
 def test_an_empty_evaluation_split_is_refused_before_the_model_loads(capsys, tmp_path):
     _refused(capsys, _train(tmp_path / "run", "task_kwargs.n_test=0", "eval_every=1"),
              "has no test problems to evaluate on")

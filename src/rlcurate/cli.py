@@ -65,10 +65,9 @@ def _train(argv: list[str]) -> int:
     config.task_kwargs, note = task_kwargs_for(config.model, config.task, config.task_kwargs)
     if note:
         print(f"rlcurate train: {note}", file=sys.stderr)
-    from rlcurate.train.preflight import check_device, preflight
+    from rlcurate.train.preflight import preflight
 
-    task, curator, _ = preflight(config)  # every check that needs no model, before torch is imported
-    check_device(config)
+    task, curator, _ = preflight(config)  # every check that needs no model, before the model loads
     from rlcurate.train import Trainer
 
     summary = Trainer(config, task=task, curator=curator).run()

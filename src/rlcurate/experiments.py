@@ -396,7 +396,7 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
     with ``force`` the scratch folders are about to be emptied, so an old run there is no reason to refuse."""
     import dataclasses
 
-    from rlcurate.train.preflight import RESULTS_REMEDY, RESUME_REMEDY, check_device, check_out_dir, preflight
+    from rlcurate.train.preflight import RESULTS_REMEDY, RESUME_REMEDY, check_out_dir, preflight
 
     for flag, folder in (("--out", out), ("--scratch", scratch)):
         try:
@@ -409,7 +409,6 @@ def _check_runs(suite: dict[str, Any], todo: list[tuple[str, int]], out: Path, s
         configs.append((n, s, config))
         try:
             preflight(dataclasses.replace(config, resume=False) if force else config)
-            check_device(config)
         except UserError as exc:  # a suite sets out_dir and resume itself: the remedies are --force or --scratch
             msg = str(exc).replace(RESUME_REMEDY, "use another --scratch, or --force to start this run over (its "
                                                   "checkpoint is then replaced)")

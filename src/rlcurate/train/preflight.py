@@ -196,7 +196,8 @@ def check_device(config: TrainConfig) -> None:
 
 
 def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool = True):
-    """Every check of a run that needs no model; returns ``(task, curator, changes)``: the task and
+    """Every check of a run that needs no model (torch is imported only for ``device=cuda`` or ``dtype=bf16``,
+    :func:`check_device`); returns ``(task, curator, changes)``: the task and
     curator built from the config unless given, and the allowed config changes of a resume
     (:func:`check_resume`)."""
     if curator is None:
@@ -232,5 +233,6 @@ def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool
 
         check_model_source(config.model)
     check_out_dir(config.out_dir)
+    check_device(config)  # before the resume check: a setting this machine cannot run is the first thing to fix
     changes = check_resume(config)
     return task, curator, changes
