@@ -9,8 +9,10 @@ to 48 new tokens, natural stopping), in one process, interleaved:
 * train: one optimizer step of the trainer's policy (``LMPolicy.optimize``) on those 128 rollouts,
   every one with a non-zero advantage.
 
-rho = median(train) / median(generate) per rollout. Run it on an idle machine; the result is written
-to ``data/bench/rho.json``:
+rho = median(train) / median(generate) per rollout, the median of the 30 paired ratios. Run it on an idle
+machine; the result is written to ``data/bench/rho.json`` (2.79 on an idle two-core AMD EPYC;
+``rho_repeat.json`` is a second run, ``rho_loaded.json`` the 15-pair measurement on a busy machine that
+chapter 10's cost suite declared):
 
     .venv/bin/python bench/bench_rho.py --threads 1
 """
@@ -31,7 +33,7 @@ from _common import DATA, REPO, header, interleaved, paired_ratio, summary, writ
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(REPO / "data" / "tiny" / "spread"))
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(DATA / "rho.json"))
     args = ap.parse_args(argv)
