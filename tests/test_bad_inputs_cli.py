@@ -46,6 +46,13 @@ def test_cuda_settings_on_a_machine_without_cuda_are_refused_before_the_run_fold
     assert not (tmp_path / "run").exists()
 
 
+def test_bf16_on_the_cpu_is_refused_on_any_machine_before_the_run_folder_is_made(capsys, tmp_path):
+    """Before: on a machine with CUDA, device=cpu with dtype=bf16 passed the checks and was refused by the trainer
+    after the run folder was made."""
+    _refused(capsys, _train(tmp_path / "run", "device=cpu", "dtype=bf16"), "dtype=bf16")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_a_cuda_setting_on_a_folder_with_a_checkpoint_names_the_machine_first(capsys, tmp_path):
     """Before: the resume check spoke first ("a checkpoint made with a different config: dtype"), and its remedy

@@ -98,6 +98,22 @@ def test_an_option_a_composition_keeps_is_taken():
     assert build_curator("uniform+ada_est", n_min=3).sampler.n_min == 3
     assert build_curator("insight+ada_est", eta=0.5, n_min=3).selector.eta == 0.5
     assert build_curator("ada_est+dapo", n_min=1).name == "ada_est+dapo"  # its default changes nothing: no harm
+    # a flat option both parts take is kept where one part uses it (Ada-Est's sampler drops it, GVM's uses it)
+    assert build_curator("ada_est+gvm", positive_threshold=0.5).sampler.positive_threshold == 0.5
+    # options valid only together: each is judged with the others in place
+    assert build_curator("uniform+knapsack", min_n=200, max_n=300).sampler.max_n == 300
+
+
+def test_parts_compare_by_their_random_state():
+    import random
+
+    import numpy as np
+
+    from rlcurate.curation.registry import _same_parts
+
+    assert not _same_parts(random.Random(1), random.Random(2)) and _same_parts(random.Random(1), random.Random(1))
+    assert not _same_parts(np.random.default_rng(1), np.random.default_rng(2))
+    assert _same_parts(np.random.default_rng(1), np.random.default_rng(1))
 
 
 def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):

@@ -467,3 +467,6 @@ def test_a_dry_run_cuts_a_warm_up_that_would_outlast_its_steps():
         assert cut.warmup_steps == 0 and cut.warmup_note() is None
     long = cut_changes(config, config.warmup_steps + 1)
     assert "warmup_steps" not in long  # a warm-up the steps outlast is kept
+    # a config whose own warm-up never finishes keeps it, and the trainer's warning about it
+    short = TrainConfig.from_dict({**config.to_dict(), "steps": config.warmup_steps})
+    assert "warmup_steps" not in cut_changes(short, 1) and short.warmup_note()

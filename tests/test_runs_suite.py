@@ -35,6 +35,7 @@ def test_a_finished_run_writes_its_result_and_drops_its_checkpoint(tmp_path):
                                  f"--scratch {scratch}")
     assert regenerate_command(suite, "uniform", 0, Path("data/runs/tiny_two_steps"), Path("runs/tiny_two_steps")) \
         == f"rlcurate runs --suite {suite_file} --only uniform --seeds 0 --force"
+    assert regenerate_command(suite, "uniform", 0, Path("my runs")).endswith("--force --out 'my runs'")  # quoted
 
 
 def test_pending_runs_go_seed_by_seed_and_skip_finished_ones(tmp_path):

@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -220,10 +221,10 @@ def regenerate_command(suite: dict[str, Any], name: str, seed: int, out: Path | 
                        scratch: Path | None = None) -> str:
     """The command that makes one run again, with the ``--out`` and ``--scratch`` it was made with where
     they were not the defaults (so that the result lands where this one is)."""
-    cmd = f"rlcurate runs --suite {suite['_path']} --only {name} --seeds {seed} --force"
+    cmd = f"rlcurate runs --suite {shlex.quote(str(suite['_path']))} --only {name} --seeds {seed} --force"
     for flag, folder, default in (("--out", out, default_out(suite)), ("--scratch", scratch, default_scratch(suite))):
         if folder is not None and Path(folder) != default:
-            cmd += f" {flag} {folder}"
+            cmd += f" {flag} {shlex.quote(str(folder))}"
     return cmd
 
 

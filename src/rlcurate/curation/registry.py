@@ -330,7 +330,7 @@ def build_curator(strategy: str, **kwargs) -> Curator:
     parts = [_build(n, kw) for n, kw in named]
     if len(parts) == 1:
         return parts[0]
-    _check_kept_options(named)
+    _check_kept_options(named, kwargs)
     first, second = parts
     return Curator(first.selector, second.sampler, second.processors, name=strategy)
 
@@ -343,25 +343,38 @@ def _kept(curator: Curator, first: bool) -> list:
 def discarded_options(name: str, kwargs: dict, first: bool) -> list[str]:
     """The options in ``kwargs`` of strategy ``name`` that change nothing ``a+b`` keeps of it, ``name`` being ``a``
     (``first``) or ``b``: options of ``a``'s sampler or processors, of ``b``'s selector. Each option not at its
-    default is built alone and the kept part compared with the default build's."""
+    default is left out of a second build; where the kept part comes out the same, it changed nothing kept (an
+    option the build cannot do without counts as kept)."""
     defaults = {f.name: f.default for f in dataclasses.fields(_REGISTRY[name]) if f.init}
-    base = _kept(_REGISTRY[name]().build(), first)
-    return [key for key, value in kwargs.items()
-            if not (key in defaults and _same_parts(value, defaults[key]))
-            and _same_parts(_kept(_REGISTRY[name](**{key: value}).build(), first), base)]
+    kept = _kept(_REGISTRY[name](**kwargs).build(), first)
+    out = []
+    for key, value in kwargs.items():
+        if key in defaults and _same_parts(value, defaults[key]):
+            continue
+        try:
+            without = _kept(_REGISTRY[name](**{k: v for k, v in kwargs.items() if k != key}).build(), first)
+        except Exception:  # noqa: BLE001 (the others' values need it: it is used)
+            continue
+        if _same_parts(without, kept):
+            out.append(key)
+    return out
 
 
-def _check_kept_options(named: list[tuple[str, dict]]) -> None:
+def _check_kept_options(named: list[tuple[str, dict]], kwargs: dict) -> None:
     """Refuse an option of ``a+b`` that changes only what the composition discards: it would be accepted and
-    do nothing."""
+    do nothing. A flat option both parts take is refused only when both discard it."""
     (a, _), (b, _) = named
-    for k, (name, kwargs) in enumerate(named):
-        for key in discarded_options(name, kwargs, first=k == 0)[:1]:
-            lost, keeper = ("sampler and processors", b) if k == 0 else ("selector", a)
-            raise UserError(f"strategy '{a}+{b}', strategy_kwargs {key}={kwargs[key]!r}: {key} changes only "
-                            f"{name}'s {lost}, which the composition takes from {keeper} instead ({a}+{b} keeps "
-                            f"the selector of {a} and the sampler and processors of {b}); drop it, or run {name} "
-                            f"alone")
+    lost = [set(discarded_options(name, kw, first=k == 0)) for k, (name, kw) in enumerate(named)]
+    for k, (name, kw) in enumerate(named):
+        other = named[1 - k][1]
+        for key in kw:
+            shared_flat = name not in kwargs and key in other and (named[1 - k][0] not in kwargs)
+            if key in lost[k] and (not shared_flat or key in lost[1 - k]):
+                part, keeper = ("sampler and processors", b) if k == 0 else ("selector", a)
+                raise UserError(f"strategy '{a}+{b}', strategy_kwargs {key}={kw[key]!r}: {key} changes only "
+                                f"{name}'s {part}, which the composition takes from {keeper} instead ({a}+{b} keeps "
+                                f"the selector of {a} and the sampler and processors of {b}); drop it, or run {name} "
+                                f"alone")
 
 
 def _same_parts(x: Any, y: Any, depth: int = 0) -> bool:
@@ -369,8 +382,14 @@ def _same_parts(x: Any, y: Any, depth: int = 0) -> bool:
     counts as different, so an option is refused only when it provably changes nothing kept."""
     import numpy as np
 
+    import random
+
     if type(x) is not type(y):
         return False
+    if isinstance(x, random.Random):
+        return x.getstate() == y.getstate()
+    if isinstance(x, np.random.Generator):
+        return _same_parts(x.bit_generator.state, y.bit_generator.state, depth + 1)
     if isinstance(x, np.ndarray):
         return x.shape == y.shape and bool(np.array_equal(x, y))
     if isinstance(x, (list, tuple)):

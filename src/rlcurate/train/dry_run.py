@@ -21,7 +21,7 @@ def cut_changes(config, steps: int) -> dict[str, Any]:
     changes: dict[str, Any] = {k: v for k, v in CUT.items() if getattr(config, k) > v}
     changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,
                    save_model=False, resume=False, progress=False)
-    if config.warmup_steps and config.warmup_steps >= steps:
+    if config.warmup_steps and steps <= config.warmup_steps < config.planned_steps:  # a warm-up the config finishes
         changes["warmup_steps"] = 0
     return changes
 

@@ -183,8 +183,8 @@ def train_subset(config: TrainConfig, problems) -> list:
 
 
 def check_device(config: TrainConfig) -> None:
-    """Refuse ``device=cuda`` or ``dtype=bf16`` on a machine without CUDA, before any folder is made (torch is
-    imported only for these two settings)."""
+    """Refuse ``device=cuda`` or ``dtype=bf16`` on a machine without CUDA, and ``dtype=bf16`` with ``device=cpu``
+    anywhere, before any folder is made (torch is imported only for these two settings)."""
     if config.device != "cuda" and config.dtype != "bf16":
         return
     import torch
@@ -193,6 +193,9 @@ def check_device(config: TrainConfig) -> None:
         setting = "device=cuda" if config.device == "cuda" else "dtype=bf16"
         raise UserError(f"{setting} but CUDA is not available on this machine; use device=cpu (or auto) and "
                         "dtype=fp32 (or auto) here")
+    if config.dtype == "bf16" and config.device == "cpu":  # the trainer's bf16 is CUDA autocast
+        raise UserError("dtype=bf16 with device=cpu: bf16 training needs CUDA; use dtype=fp32 (or auto) on the CPU, "
+                        "or device=cuda (or auto)")
 
 
 def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool = True):
