@@ -41,6 +41,27 @@ def check(records):
     # with verl-style dense training at the CPU's rho, DAPO and Ada-Seq (n = 4) are indistinguishable from uniform
     dense = records["currencies"]["cost_dense (rho 2.44)"]
     assert all(dense[a]["low"] < 0 < dense[a]["high"] for a in ("dapo", "ada_seq_n4")), dense
+    # the dense currency across rho (suite protocol_rho): at the idle machine's rho, the declared primary endpoint,
+    # DAPO and Ada-Seq (n = 4) are indistinguishable from uniform and Ada-Seq (n = 8) behind after Holm; across rho
+    # the samplers catch up (each interval covers zero from some rho on) and none is ahead beyond noise up to 5
+    assert records["rho"]["cpu"] < records["rho"]["cpu_idle"]
+    by_rho = records.get("dense_by_rho")
+    if by_rho:
+        assert sorted(map(float, by_rho)) == [0.5, 1, 1.43, 2, 2.44, 2.79, 3, 4, 5]
+        for rho, table in by_rho.items():
+            assert set(table) == {"uniform_aa", "uniform_order2_aa", "dapo", "ada_seq_n4", "ada_seq_n8"}, rho
+            assert all(_interval_ok(r) for r in table.values()), rho
+            assert all(r["high"] > -0.02 and r["low"] < 0.02 for a, r in table.items() if a.endswith("_aa")), rho
+        primary = by_rho["2.79"]
+        assert all(primary[a]["low"] < 0 < primary[a]["high"] for a in ("dapo", "ada_seq_n4")), primary
+        assert primary["ada_seq_n8"]["high"] < 0 and primary["ada_seq_n8"]["p_holm"] < 0.05, primary
+        for arm, first in (("dapo", "1"), ("ada_seq_n4", "2"), ("ada_seq_n8", "4")):
+            rhos = sorted(by_rho, key=float)
+            covers = [k for k in rhos if by_rho[k][arm]["low"] < 0 < by_rho[k][arm]["high"]]
+            assert covers == rhos[rhos.index(first):], (arm, covers)
+            assert all(by_rho[k][arm]["low"] < 0 for k in rhos), arm  # never ahead beyond noise
+        orders = records["dense_by_rho_orders"]
+        assert all(orders[a]["low"] < 0 < orders[a]["high"] for a in ("dapo", "ada_seq_n4")), orders
     filtered_steps = records.get("filtered_equal_steps")
     if filtered_steps:
         assert all(r["low"] < 0 < r["high"] for r in filtered_steps.values()), filtered_steps
