@@ -75,6 +75,19 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
+def train_to_generate_ratio(totals: dict) -> float | None:
+    """rho, the cost of training on a rollout relative to generating one (chapter 10's cost currencies), from a
+    run's own totals: (time/train / trained_samples) / (time/generate / rollouts). The step's generation side
+    includes scoring and the strategy's choices, its training side the update and ``observe``; on a machine
+    shared with other work it is an estimate (``bench/bench_rho.py`` measures it on an idle one). ``None``
+    where the run trained or generated nothing."""
+    parts = [totals.get(k) or 0 for k in ("time/train", "trained_samples", "time/generate", "rollouts")]
+    if not all(p > 0 for p in parts):
+        return None
+    t_train, trained, t_generate, rollouts = parts
+    return (t_train / trained) / (t_generate / rollouts)
+
+
 def format_train_summary(summary: dict, out_dir: str) -> str:
     """What ``rlcurate train`` prints at the end: the held-out evaluation at the start and at the end, the
     run's size and time; the whole summary is ``out_dir/summary.json``."""
@@ -95,6 +108,10 @@ def format_train_summary(summary: dict, out_dir: str) -> str:
     if any(k.startswith("time/") for k in totals):
         lines.append(f"{'time':<16}" + ", ".join(f"{k[5:]} {totals[k]:.0f} s" for k in ("time/generate", "time/train",
                                                                                      "time/eval") if k in totals))
+    rho = train_to_generate_ratio(totals)
+    if rho is not None:
+        lines.append(f"{'rho':<16}{rho:.2f} (training a rollout against generating one, from this run's times; "
+                     "chapter 10)")
     lines.append(f"{'summary':<16}{Path(out_dir) / 'summary.json'}")
     return "\n".join(lines)
 
