@@ -10,9 +10,9 @@ to 48 new tokens, natural stopping), in one process, interleaved:
   every one with a non-zero advantage.
 
 rho = median(train) / median(generate) per rollout, the median of the 30 paired ratios. Run it on an idle
-machine; the result is written to ``data/bench/rho.json`` (2.79 on an idle two-core AMD EPYC;
-``rho_repeat.json`` is a second run, ``rho_loaded.json`` the 15-pair measurement on a busy machine that
-chapter 10's cost suite declared):
+machine; the result is written to ``data/bench/rho.json`` (2.79 on a two-core AMD EPYC with nothing else
+running, 27 November; ``rho_repeat.json`` is a second run, 2.78; ``rho_declared.json`` the 15-pair
+measurement of 24 November, 2.44, on another instance, which chapter 10's cost suite declared):
 
     .venv/bin/python bench/bench_rho.py --threads 1
 """
