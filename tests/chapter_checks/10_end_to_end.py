@@ -60,6 +60,10 @@ def check(records):
             covers = [k for k in rhos if by_rho[k][arm]["low"] < 0 < by_rho[k][arm]["high"]]
             assert covers == rhos[rhos.index(first):], (arm, covers)
             assert all(by_rho[k][arm]["low"] < 0 for k in rhos), arm  # never ahead beyond noise
+        # with this trainer's sparse training every sampler stays behind at every rho (read after the runs)
+        sparse = records["sparse_by_rho"]
+        assert all(sparse[k][a]["high"] < 0 and sparse[k][a]["p_holm"] < 0.05 for k in sparse
+                   for a in ("dapo", "ada_seq_n4", "ada_seq_n8")), sparse
         orders = records["dense_by_rho_orders"]
         assert all(orders[a]["low"] < 0 < orders[a]["high"] for a in ("dapo", "ada_seq_n4")), orders
     filtered_steps = records.get("filtered_equal_steps")
