@@ -76,6 +76,9 @@ def test_another_suites_runs_are_refused(capsys, tmp_path):
     (["--budget", "nan"], "--budget must be a finite number > 0"),
     (["--rho", "-5"], "--rho must be a finite number >= 0"),
     (["--control", "uniform_typo"], "--control: no arm 'uniform_typo' in the runs"),
+    (["--measure", "cost", "--budget-rollouts", "-3"], "--budget-rollouts must be a finite number > 0, got -3"),
+    (["--budget-rollouts", "100"], "--budget-rollouts sets the budget of --measure cost"),
+    (["--measure", "cost", "--budget-rollouts", "1e9"], "the baseline 'uniform' stops short of it in seed(s)"),
 ])
 def test_compare_options_out_of_range_are_one_line(runs, capsys, option, message):
     _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(runs), *option], message)

@@ -2,6 +2,7 @@
 whose coverage reaches the nominal level, exact sign-flip and Holm p-values."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +195,20 @@ def test_area_reads_a_run_that_overshot_its_budget_at_the_budget():
     assert area(curve, 2560) == pytest.approx((1280 * 0.3 + 1280 * 0.5) / 2560)  # an exact grid point: as before
     with pytest.raises(ValueError, match="does not reach the budget"):
         area(curve, 3000)
+
+
+def test_compare_reads_a_cost_currency_where_the_baseline_spends_the_rollout_budget(capsys):
+    """Chapter 10's primary endpoint of protocol_rho, from the committed runs: cost_dense at rho 2.79, read where
+    uniform has spent what it spends in 12,800 generated rollouts (48,512), not at 15,360 cost units."""
+    from rlcurate.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    argv = ["compare", "--suite", str(repo / "configs/suites/protocol_rho.yaml"), "--runs",
+            str(repo / "data/runs/protocol_rho"), "--measure", "cost", "--currency", "cost_dense", "--rho", "2.79"]
+    assert main(argv + ["--budget-rollouts", "12800"]) == 0
+    out = capsys.readouterr().out
+    assert "cost at 48512 " in out and "what uniform spends in 12,800 generated rollouts" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("dapo", "ada_seq_n8"))}
+    assert rows["dapo"][3:6] == ["+0.001", "[-0.012,", "+0.015]"] and rows["ada_seq_n8"][-1] == "0.007", rows
+    assert main(argv) == 0  # by default at the suite's max_rollouts of uniform, 15,360
+    assert "cost at 58214" in capsys.readouterr().out

@@ -38,7 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "trainer: non-zero advantages) or dense (verl: every kept rollout); generated + trained "
                         "tokens; optimizer steps (the papers' currency) (chapter 10)")
     p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
-    p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts)")
+    p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts; with "
+                                                "--measure cost, what the baseline spends in --budget-rollouts)")
+    p.add_argument("--budget-rollouts", type=float, metavar="N",
+                   help="with --measure cost: read every arm at what the baseline spends in --currency when it has "
+                        "generated N rollouts, the least over its seeds (chapter 10's cost currencies; default: the "
+                        "suite's max_rollouts)")
     p.add_argument("--plot", metavar="FILE", help="also draw the forest of the table and each arm's mean curve with "
                                                   "its band into FILE (.png, .pdf or .svg)")
     args = p.parse_args(argv)
@@ -49,6 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"got {args.rho:g}")
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
         raise UserError(f"--budget must be a finite number > 0, got {args.budget:g}")
+    if args.budget_rollouts is not None:
+        if not (math.isfinite(args.budget_rollouts) and args.budget_rollouts > 0):
+            raise UserError(f"--budget-rollouts must be a finite number > 0, got {args.budget_rollouts:g}")
+        if args.measure != "cost" or args.budget is not None:
+            raise UserError("--budget-rollouts sets the budget of --measure cost from the baseline's rollouts; it "
+                            "goes with --measure cost and without --budget")
     suite = load_suite(args.suite)
     folder = Path(args.runs or f"data/runs/{suite['name']}")
     results = load_results(folder, suite=suite["name"])
@@ -59,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.budget and not suite["overrides"].get("max_rollouts"):
         raise UserError(f"suite {args.suite} sets no max_rollouts in its overrides: pass --budget")
     budget = args.budget or float(suite["overrides"]["max_rollouts"])
+    spent_note = ""
+    if args.measure == "cost" and args.budget is None:
+        budget, spent_note = _baseline_spend(results, args, args.budget_rollouts or budget)
     reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
     if args.currency == "rollouts" and budget > reached:
         raise UserError(f"--budget {budget:g}: no run of suite {suite['name']!r} reaches it (the largest "
@@ -118,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     table = compare_arms(values, args.baseline, args.control)
     print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
-          f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}; paired differences to {args.baseline}")
+          f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}{spent_note}; paired differences to "
+          f"{args.baseline}")
     print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")
     base = values[args.baseline]
     print(f"{args.baseline:<20}{len(base):>6}{np.mean(list(base.values())):>8.3f}")
@@ -143,6 +158,23 @@ def _control_note(failed: dict[str, bool]) -> None:
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def _baseline_spend(results, args, rollouts: float) -> tuple[float, str]:
+    """The budget of ``--measure cost``: what the baseline has spent in ``--currency`` when it has generated
+    ``rollouts``, the least over its seeds (chapter 10 reads each cost currency at what uniform GRPO spends in the
+    main budget's rollouts), and the phrase that says so."""
+    from rlcurate.comparison import cost
+
+    runs = [r for r in results if r["run"] == args.baseline]
+    if not runs:
+        raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(sorted({r['run'] for r in results}))}")
+    short = sorted(r["seed"] for r in runs if cost(r, "rollouts")[0][-1] < rollouts)
+    if short:
+        raise UserError(f"--budget-rollouts {rollouts:g}: the baseline {args.baseline!r} stops short of it in seed(s) "
+                        f"{', '.join(map(str, short))}")
+    spend = min(float(np.interp(rollouts, cost(r, "rollouts")[0], cost(r, args.currency, args.rho)[0])) for r in runs)
+    return spend, f", what {args.baseline} spends in {rollouts:,.0f} generated rollouts (the least over its seeds)"
 
 
 def _check_plot_path(path: str) -> None:
