@@ -79,6 +79,9 @@ def test_another_suites_runs_are_refused(capsys, tmp_path):
     (["--measure", "cost", "--budget-rollouts", "-3"], "--budget-rollouts must be a finite number > 0, got -3"),
     (["--budget-rollouts", "100"], "--budget-rollouts sets the budget of --measure cost"),
     (["--measure", "cost", "--budget-rollouts", "1e9"], "the baseline 'uniform' stops short of it in seed(s)"),
+    (["--rho", "2.79"], "--currency and --rho choose the compute axis of --measure cost"),
+    (["--currency", "cost_dense"], "--currency and --rho choose the compute axis of --measure cost"),
+    (["--measure", "cost", "--currency", "tokens", "--rho", "2"], "--rho prices trained rollouts in cost_sparse and"),
 ])
 def test_compare_options_out_of_range_are_one_line(runs, capsys, option, message):
     _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(runs), *option], message)
@@ -112,4 +115,4 @@ def test_compare_says_what_a_failing_a_a_control_means(capsys):
     means for the other rows."""
     assert main(["compare", "--suite", str(SUITE)]) == 0
     out = capsys.readouterr().out
-    assert "warning: the A/A control uniform_aa excludes no difference" in out and "is not evidence" in out
+    assert "warning: the interval of the A/A control uniform_aa excludes zero" in out and "is not evidence" in out

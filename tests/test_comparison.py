@@ -207,8 +207,21 @@ def test_compare_reads_a_cost_currency_where_the_baseline_spends_the_rollout_bud
             str(repo / "data/runs/protocol_rho"), "--measure", "cost", "--currency", "cost_dense", "--rho", "2.79"]
     assert main(argv + ["--budget-rollouts", "12800"]) == 0
     out = capsys.readouterr().out
-    assert "cost at 48512 " in out and "what uniform spends in 12,800 generated rollouts" in out
+    assert "accuracy at cost_dense 48,512 " in out and "what uniform spends in 12,800 generated rollouts" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("dapo", "ada_seq_n8"))}
     assert rows["dapo"][3:6] == ["+0.001", "[-0.012,", "+0.015]"] and rows["ada_seq_n8"][-1] == "0.007", rows
     assert main(argv) == 0  # by default at the suite's max_rollouts of uniform, 15,360
-    assert "cost at 58214" in capsys.readouterr().out
+    assert "accuracy at cost_dense 58,214 " in capsys.readouterr().out
+
+
+def test_compare_warns_of_a_budget_before_the_first_evaluation(capsys):
+    from rlcurate.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    base = ["compare", "--suite", str(repo / "configs/suites/protocol_rho.yaml"), "--runs",
+            str(repo / "data/runs/protocol_rho")]
+    assert main(base + ["--budget", "100"]) == 0
+    assert "warning: the budget 100 comes before the first evaluation after the start (2,560 in rollouts)" in \
+        capsys.readouterr().out
+    assert main(base + ["--budget", "2560"]) == 0
+    assert "comes before the first evaluation" not in capsys.readouterr().out

@@ -37,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the compute axis: generated rollouts; rollouts + rho x rollouts trained, sparse (this "
                         "trainer: non-zero advantages) or dense (verl: every kept rollout); generated + trained "
                         "tokens; optimizer steps (the papers' currency) (chapter 10)")
-    p.add_argument("--rho", type=float, default=1.0, help="training cost of a rollout relative to generating it")
+    p.add_argument("--rho", type=float, help="with --measure cost and a cost_* currency: the training cost of a rollout "
+                                             "relative to generating it (default 1; chapter 10 measures 2.44 and "
+                                             "2.79 on the tiny model, bench/bench_rho.py)")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts; with "
                                                 "--measure cost, what the baseline spends in --budget-rollouts)")
     p.add_argument("--budget-rollouts", type=float, metavar="N",
@@ -49,9 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.plot:
         _check_plot_path(args.plot)
-    if not math.isfinite(args.rho) or args.rho < 0:
+    if args.rho is not None and (not math.isfinite(args.rho) or args.rho < 0):
         raise UserError(f"--rho must be a finite number >= 0 (training cost of a rollout over generating it), "
                         f"got {args.rho:g}")
+    if args.measure != "cost" and (args.currency != "rollouts" or args.rho is not None):
+        raise UserError(f"--currency and --rho choose the compute axis of --measure cost; --measure {args.measure} "
+                        "reads generated rollouts (add --measure cost)")
+    if args.rho is not None and not args.currency.startswith("cost_"):
+        raise UserError(f"--rho prices trained rollouts in cost_sparse and cost_dense; --currency {args.currency} "
+                        "does not use it")
+    args.rho = 1.0 if args.rho is None else args.rho
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
         raise UserError(f"--budget must be a finite number > 0, got {args.budget:g}")
     if args.budget_rollouts is not None:
@@ -97,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
         except ValueError as exc:  # a run that was not read as far as the budget
-            raise UserError(f"--measure {args.measure} at {budget:g}: {exc}") from None
+            raise UserError(f"--measure {args.measure} at {budget:g}: {exc}"
+                            + (" (a smaller --budget or --budget-rollouts reads every run)"
+                               if "less than the budget" in str(exc) else "")) from None
     if args.baseline not in values:
         sweep = " (a learning-rate sweep? then pass --sweep)" if any("_lr" in arm for arm in values) else ""
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(values)}{sweep}")
@@ -131,9 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _plot(args, {a: r for a, r in ratios.items() if a != args.baseline}, results, controls, suite, ratio=True)
         return 0
     table = compare_arms(values, args.baseline, args.control)
-    print(f"{args.measure} at {budget:g} {CURRENCIES[args.currency] if args.measure == 'cost' else 'rollouts'}"
-          f"{f' (rho {args.rho:g})' if args.measure == 'cost' else ''}{spent_note}; paired differences to "
-          f"{args.baseline}")
+    if args.measure == "cost":
+        rho = f", rho {args.rho:g}" if args.currency.startswith("cost_") else ""
+        print(f"accuracy at {args.currency} {budget:,.0f} ({CURRENCIES[args.currency]}{rho}){spent_note}; paired "
+              f"differences to {args.baseline}")
+    else:
+        print(f"{args.measure} at {budget:,.0f} rollouts; paired differences to {args.baseline}")
+    _early_note(results, args, budget)
     print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")
     base = values[args.baseline]
     print(f"{args.baseline:<20}{len(base):>6}{np.mean(list(base.values())):>8.3f}")
@@ -146,15 +161,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _early_note(results, args, budget: float) -> None:
+    """Warn where the budget comes before a run's first evaluation after the start: its value there is a straight
+    line from the start, not a measurement."""
+    from rlcurate.comparison import cost
+
+    currency = args.currency if args.measure == "cost" else "rollouts"
+    first = min(c[c > 0].min() for r in results for c in [cost(r, currency, args.rho)[0]] if (c > 0).any())
+    if budget < first:
+        print(f"warning: the budget {budget:,.0f} comes before the first evaluation after the start ({first:,.0f} in "
+              f"{currency}); every value is a straight-line reading from the start, not a measurement")
+
+
 def _control_note(failed: dict[str, bool]) -> None:
     """What an A/A control says about the table: the same arm twice must cover no difference (chapter 10)."""
     bad = [a for a, f in failed.items() if f]
     if bad:
-        print(f"warning: the A/A control {', '.join(bad)} excludes no difference, though it differs from the baseline "
+        print(f"warning: the interval of the A/A control {', '.join(bad)} excludes zero, though it differs from the baseline "
               f"only in prompt order: the seeds vary more than the intervals assume, so a difference of that size "
               f"in any arm is not evidence; add seeds or model the order (chapter 10)")
     elif failed:
-        print(f"A/A control {', '.join(failed)}: covers no difference, as it should")
+        print(f"A/A control {', '.join(failed)}: its interval covers zero, as it should")
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
