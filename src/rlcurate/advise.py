@@ -70,8 +70,9 @@ NEVER_SOLVED_WARN = 0.1
 """The share of audited prompts never solved above which advise warns that its world (which learns every prompt
 through shared skills) is likely optimistic."""
 CAVEAT = ("predictions of a simulated world built from the pool's starting shape, not measurements: on language "
-          "models (chapter 11) they were optimistic about selection and small groups; before acting on one, "
-          "confirm it with a short paired run (rlcurate runs, chapter 10's protocol)")
+          "models they were optimistic about selection and small groups (chapter 11) and about a sampler's cost "
+          "(chapter 10: DAPO level with uniform in dense cost on the tiny model, where they predicted a saving); "
+          "before acting on one, confirm it with a short paired run (rlcurate runs, chapter 10's protocol)")
 STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
                  "dapo": {"strategy": "dapo"}, "greso": {"strategy": "greso"}}
 CEILING_ARMS = ("oracle_select", "oracle_alloc")
@@ -674,9 +675,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pool-size", type=int, default=None,
                     help="prompts in your training pool (default: those audited); the simulated world holds at most "
                          f"{SIM_TRAIN_PROMPTS} training prompts")
-    ap.add_argument("--rho", type=float, default=1.0, help="cost of training on one rollout over generating it")
-    ap.add_argument("--training", default="dense", help="dense: the trainer trains every rollout of a kept group "
-                                                        "(verl, TRL); sparse: only rollouts with a non-zero advantage")
+    ap.add_argument("--rho", type=float, default=1.0,
+                    help="cost of training on one rollout over generating it: `rlcurate train` prints it for your "
+                         "setting at its end (bench/bench_rho.py: 2.79 for the tiny model on a CPU; appendix A1: "
+                         "about 1.4 to 2.4 for Qwen2.5-0.5B on an H100). Chapter 10 reads samplers across it")
+    ap.add_argument("--training", default="dense", metavar="{dense,sparse}",
+                    help="dense: the trainer trains every rollout of a kept group (verl, TRL); sparse: only rollouts "
+                         "with a non-zero advantage (this package's trainer)")
     ap.add_argument("--seeds", type=int, default=4,
                     help="paired seeds of the simulation (4: seconds, and what chapter 11's check of its predictions "
                          "used; 8 or 16 narrow the intervals, in proportion to the time)")

@@ -75,17 +75,23 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
-def train_to_generate_ratio(totals: dict) -> float | None:
+RHO_MIN_STEPS = 3
+"""Steps after the first that ``rlcurate train`` needs before it prints rho."""
+
+
+def train_to_generate_ratio(steps: list[dict]) -> tuple[float, int] | None:
     """rho, the cost of training on a rollout relative to generating one (chapter 10's cost currencies), from a
-    run's own totals: (time/train / trained_samples) / (time/generate / rollouts). The step's generation side
-    includes scoring and the strategy's choices, its training side the update and ``observe``; on a machine
-    shared with other work it is an estimate (``bench/bench_rho.py`` measures it on an idle one). ``None``
-    where the run trained or generated nothing."""
-    parts = [totals.get(k) or 0 for k in ("time/train", "trained_samples", "time/generate", "rollouts")]
-    if not all(p > 0 for p in parts):
-        return None
-    t_train, trained, t_generate, rollouts = parts
-    return (t_train / trained) / (t_generate / rollouts)
+    run's own per-step times: the median over the steps after the first (which pays for warm-up) of
+    (time/train / samples_nonzero_adv) / (time/generate / rollouts), and how many steps it took. The step's
+    generation side includes scoring and the strategy's choices, its training side the update and ``observe``;
+    on a machine shared with other work it is an estimate (``bench/bench_rho.py`` measures it with nothing else
+    running). ``None`` with fewer than :data:`RHO_MIN_STEPS` steps that trained a rollout."""
+    import statistics
+
+    ratios = [(r["time/train"] / r["samples_nonzero_adv"]) / (r["time/generate"] / r["rollouts"])
+              for r in steps if r.get("step", 0) >= 2
+              and all((r.get(k) or 0) > 0 for k in ("time/train", "samples_nonzero_adv", "time/generate", "rollouts"))]
+    return (statistics.median(ratios), len(ratios)) if len(ratios) >= RHO_MIN_STEPS else None
 
 
 def format_train_summary(summary: dict, out_dir: str) -> str:
@@ -108,10 +114,12 @@ def format_train_summary(summary: dict, out_dir: str) -> str:
     if any(k.startswith("time/") for k in totals):
         lines.append(f"{'time':<16}" + ", ".join(f"{k[5:]} {totals[k]:.0f} s" for k in ("time/generate", "time/train",
                                                                                      "time/eval") if k in totals))
-    rho = train_to_generate_ratio(totals)
-    if rho is not None:
-        lines.append(f"{'rho':<16}{rho:.2f} (training a rollout against generating one, from this run's times; "
-                     "chapter 10)")
+    metrics = Path(out_dir) / "metrics.jsonl"
+    steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    rho = train_to_generate_ratio([r for r in steps if "time/train" in r])
+    lines.append(f"{'rho':<16}" + (f"{rho[0]:.2f} (training a rollout / generating one: median of {rho[1]} steps after "
+                                   "the first, this machine; chapter 10)" if rho else
+                                   f"n/a (needs {RHO_MIN_STEPS} steps after the first that train a rollout; chapter 10)"))
     lines.append(f"{'summary':<16}{Path(out_dir) / 'summary.json'}")
     return "\n".join(lines)
 
