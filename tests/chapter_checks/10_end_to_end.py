@@ -64,6 +64,10 @@ def check(records):
         sparse = records["sparse_by_rho"]
         assert all(sparse[k][a]["high"] < 0 and sparse[k][a]["p_holm"] < 0.05 for k in sparse
                    for a in ("dapo", "ada_seq_n4", "ada_seq_n8")), sparse
+        # advise predicts a dense-cost saving for DAPO on this pool that the runs do not show (the text says so)
+        pred = records.get("rho_advice_dapo")
+        if pred:
+            assert pred["high"] < 1 and primary["dapo"]["low"] < 0 < primary["dapo"]["high"], (pred, primary)
         orders = records["dense_by_rho_orders"]
         assert all(orders[a]["low"] < 0 < orders[a]["high"] for a in ("dapo", "ada_seq_n4")), orders
     filtered_steps = records.get("filtered_equal_steps")
