@@ -71,7 +71,8 @@ NEVER_SOLVED_WARN = 0.1
 through shared skills) is likely optimistic."""
 CAVEAT = ("predictions of a simulated world built from the pool's starting shape, not measurements: on language "
           "models they were optimistic about selection and small groups (chapter 11) and about a sampler's cost "
-          "(chapter 10: DAPO level with uniform in dense cost on the tiny model, where they predicted a saving); "
+          "(chapter 10: DAPO level with uniform in accuracy at a dense-cost budget on the tiny model, where they "
+          "predicted a saving in cost to a target); "
           "before acting on one, confirm it with a short paired run (rlcurate runs, chapter 10's protocol)")
 STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
                  "dapo": {"strategy": "dapo"}, "greso": {"strategy": "greso"}}
