@@ -117,9 +117,9 @@ def format_train_summary(summary: dict, out_dir: str) -> str:
     metrics = Path(out_dir) / "metrics.jsonl"
     steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
     rho = train_to_generate_ratio([r for r in steps if "time/train" in r])
-    lines.append(f"{'rho':<16}" + (f"{rho[0]:.2f} (training a rollout / generating one: median of {rho[1]} steps after "
-                                   "the first, this machine; chapter 10)" if rho else
-                                   f"n/a (needs {RHO_MIN_STEPS} steps after the first that train a rollout; chapter 10)"))
+    lines.append(f"{'rho':<16}" + (
+        f"{rho[0]:.2f} (training a rollout / generating one: median of {rho[1]} steps after the first, this machine; "
+        "chapter 10)" if rho else f"n/a (needs {RHO_MIN_STEPS} steps after the first that train a rollout; chapter 10)"))
     lines.append(f"{'summary':<16}{Path(out_dir) / 'summary.json'}")
     return "\n".join(lines)
 

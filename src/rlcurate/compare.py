@@ -37,9 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the compute axis: generated rollouts; rollouts + rho x rollouts trained, sparse (this "
                         "trainer: non-zero advantages) or dense (verl: every kept rollout); generated + trained "
                         "tokens; optimizer steps (the papers' currency) (chapter 10)")
-    p.add_argument("--rho", type=float, help="with --measure cost and a cost_* currency: the training cost of a rollout "
-                                             "relative to generating it (default 1; chapter 10 measures 2.44 and "
-                                             "2.79 on the tiny model, bench/bench_rho.py)")
+    p.add_argument("--rho", type=float,
+                   help="with --measure cost and a cost_* currency: the training cost of a rollout relative to "
+                        "generating it (default 1; chapter 10 measures 2.44 and 2.79 on the tiny model, "
+                        "bench/bench_rho.py)")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts; with "
                                                 "--measure cost, what the baseline spends in --budget-rollouts)")
     p.add_argument("--budget-rollouts", type=float, metavar="N",
@@ -177,8 +178,8 @@ def _control_note(failed: dict[str, bool]) -> None:
     """What an A/A control says about the table: the same arm twice must cover no difference (chapter 10)."""
     bad = [a for a, f in failed.items() if f]
     if bad:
-        print(f"warning: the interval of the A/A control {', '.join(bad)} excludes zero, though it differs from the baseline "
-              f"only in prompt order: the seeds vary more than the intervals assume, so a difference of that size "
+        print(f"warning: the interval of the A/A control {', '.join(bad)} excludes zero, though it differs from the "
+              f"baseline only in prompt order: the seeds vary more than the intervals assume, so a difference of that size "
               f"in any arm is not evidence; add seeds or model the order (chapter 10)")
     elif failed:
         print(f"A/A control {', '.join(failed)}: its interval covers zero, as it should")
@@ -195,7 +196,8 @@ def _baseline_spend(results, args, rollouts: float) -> tuple[float, str]:
 
     runs = [r for r in results if r["run"] == args.baseline]
     if not runs:
-        raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {', '.join(sorted({r['run'] for r in results}))}")
+        arms = ", ".join(sorted({r["run"] for r in results}))
+        raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {arms}")
     short = sorted(r["seed"] for r in runs if cost(r, "rollouts")[0][-1] < rollouts)
     if short:
         raise UserError(f"--budget-rollouts {rollouts:g}: the baseline {args.baseline!r} stops short of it in seed(s) "

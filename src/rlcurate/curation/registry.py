@@ -380,9 +380,9 @@ def _check_kept_options(named: list[tuple[str, dict]], kwargs: dict) -> None:
 def _same_parts(x: Any, y: Any, depth: int = 0) -> bool:
     """Structural equality of two built parts (their attributes, recursively); anything not comparable
     counts as different, so an option is refused only when it provably changes nothing kept."""
-    import numpy as np
-
     import random
+
+    import numpy as np
 
     if type(x) is not type(y):
         return False
