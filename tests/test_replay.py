@@ -46,6 +46,10 @@ COVERED_BY_OTHERS |= {f"protocol_hints/{arm}_s0" for arm in ("uniform", "sage", 
 # protocol's fixtures replay them
 COVERED_BY_OTHERS |= {f"protocol_cost/{arm}_s0" for arm in ("uniform", "uniform_aa", "dapo", "ada_seq_n4", "ada_seq_n8",
                                                            "ada_est_hybrid", "ada_est_prototype", "combined")}
+# chapter 10's dense currency across rho repeats protocol's arms with a larger max_rollouts (bit for bit up to 12,800
+# rollouts): protocol's fixtures replay them
+COVERED_BY_OTHERS |= {f"protocol_rho/{arm}_s0" for arm in ("uniform", "uniform_aa", "uniform_order2_aa", "dapo",
+                                                          "ada_seq_n4", "ada_seq_n8")}
 # SmolLM2 at twice the budget repeats smollm2_protocol's arms (a larger max_rollouts, a coarser grid, more samples per
 # evaluation prompt; the training steps are the same): smollm2_protocol's fixtures replay uniform and DAPO, and
 # INSIGHT's selection is replayed by the combined recipe's fixture (the same selector, no hint rolled at 0.66 visits)
