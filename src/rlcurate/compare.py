@@ -12,10 +12,10 @@ from typing import Sequence
 import numpy as np
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
-from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, endpoint_values, ratio_table,
-                                 sweep_table, to_target_values)
+from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, cost, endpoint_values, ratio_table,
+                                 spent_at, sweep_table, to_target_values)
 from rlcurate.errors import UserError
-from rlcurate.experiments import check_current, load_results, load_suite
+from rlcurate.experiments import check_current, default_out, load_results, load_suite
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError("--budget-rollouts sets the budget of --measure cost from the baseline's rollouts; it "
                             "goes with --measure cost and without --budget")
     suite = load_suite(args.suite)
-    folder = Path(args.runs or f"data/runs/{suite['name']}")
+    folder = Path(args.runs) if args.runs else default_out(suite)
     results = load_results(folder, suite=suite["name"])
     if not results:
         where = "" if folder.is_absolute() else f" (read from the current folder {Path.cwd()}; --runs names another)"
@@ -165,8 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _early_note(results, args, budget: float) -> None:
     """Warn where the budget comes before a run's first evaluation after the start: its value there is a straight
     line from the start, not a measurement."""
-    from rlcurate.comparison import cost
-
     currency = args.currency if args.measure == "cost" else "rollouts"
     first = min(c[c > 0].min() for r in results for c in [cost(r, currency, args.rho)[0]] if (c > 0).any())
     if budget < first:
@@ -192,8 +190,6 @@ def _baseline_spend(results, args, rollouts: float) -> tuple[float, str]:
     """The budget of ``--measure cost``: what the baseline has spent in ``--currency`` when it has generated
     ``rollouts``, the least over its seeds (chapter 10 reads each cost currency at what uniform GRPO spends in the
     main budget's rollouts), and the phrase that says so."""
-    from rlcurate.comparison import cost
-
     runs = [r for r in results if r["run"] == args.baseline]
     if not runs:
         arms = ", ".join(sorted({r["run"] for r in results}))
@@ -202,7 +198,7 @@ def _baseline_spend(results, args, rollouts: float) -> tuple[float, str]:
     if short:
         raise UserError(f"--budget-rollouts {rollouts:g}: the baseline {args.baseline!r} stops short of it in seed(s) "
                         f"{', '.join(map(str, short))}")
-    spend = min(float(np.interp(rollouts, cost(r, "rollouts")[0], cost(r, args.currency, args.rho)[0])) for r in runs)
+    spend = min(spent_at(r, args.currency, args.rho, rollouts) for r in runs)
     return spend, f", what {args.baseline} spends in {rollouts:,.0f} generated rollouts (the least over its seeds)"
 
 

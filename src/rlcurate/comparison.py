@@ -131,6 +131,13 @@ def at_cost(result: Mapping[str, Any], currency: str, budget: float, rho: float 
     return float(np.interp(budget, c, v))
 
 
+def spent_at(result: Mapping[str, Any], currency: str, rho: float, rollouts: float) -> float:
+    """What a run had spent in ``currency`` when it had generated ``rollouts``, linearly between its
+    evaluations: the budget of a cost currency is what uniform GRPO spends in the rollout budget
+    (chapter 10, *In another currency*)."""
+    return float(np.interp(rollouts, cost(result, "rollouts")[0], cost(result, currency, rho)[0]))
+
+
 def choose_lr(scores: Mapping[float, Sequence[float]], tie: float = 0.0) -> float:
     """The learning rate with the highest mean validation score (``{lr: per-seed scores}``); ties go to
     the smaller rate, a tie being a mean within ``tie`` of the highest (a suite declares its margin)."""

@@ -348,7 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         raise UserError(f"--only: unknown condition(s) {', '.join(unknown)}; the suite has "
                         f"{', '.join(suite['conditions'])}")
-    out = Path(args.out or Path("data") / "runs" / suite["name"])
+    from rlcurate.experiments import default_out
+
+    out = Path(args.out) if args.out else default_out(suite)
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         path = out / f"{name}.json"

@@ -292,13 +292,18 @@ def validate_strategy(strategy: Any, kwargs: Any = None) -> list[tuple[str, dict
     return list(zip(names, parts))
 
 
+def _defaults(name: str) -> dict[str, Any]:
+    """Each option of strategy ``name`` with its default (``dataclasses.MISSING`` for a factory-made one)."""
+    return {f.name: f.default for f in dataclasses.fields(_REGISTRY[name]) if f.init}
+
+
 def _check_numbers(name: str, kwargs: dict) -> None:
     """An option whose default is a number must be a finite number, and a whole one where the default is an
     int: a NaN or a string would otherwise reach the strategy's arithmetic at the first step."""
     import math
     import numbers
 
-    defaults = {f.name: f.default for f in dataclasses.fields(_REGISTRY[name]) if f.init}
+    defaults = _defaults(name)
     for key, value in kwargs.items():
         default = defaults.get(key)
         if isinstance(default, bool) or not isinstance(default, (int, float)) or value is None:
@@ -345,7 +350,7 @@ def discarded_options(name: str, kwargs: dict, first: bool) -> list[str]:
     (``first``) or ``b``: options of ``a``'s sampler or processors, of ``b``'s selector. Each option not at its
     default is left out of a second build; where the kept part comes out the same, it changed nothing kept (an
     option the build cannot do without counts as kept)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(_REGISTRY[name]) if f.init}
+    defaults = _defaults(name)
     kept = _kept(_REGISTRY[name](**kwargs).build(), first)
     out = []
     for key, value in kwargs.items():
