@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlcurate.comparison import (area, at_budget, at_cost, choose_lr, compare_arms, coverage, detectable_difference,
-                                 grid_curve, holm, paired, sign_flip_p, sweep_table)
+                                 grid_curve, holm, paired, sign_flip_p, sweep_table, to_target_values)
 
 
 def run(name, seed, accs, step_rollouts=128, grid=256, lr=1e-4):
@@ -50,6 +50,27 @@ def test_currencies_interpolate_at_a_common_cost():
     assert at_cost(r, "steps", 3) == pytest.approx(0.3)  # evaluations at steps 0, 2, 4, 6
     with pytest.raises(ValueError, match="currency"):
         at_cost(r, "dollars", 1)
+
+
+def test_a_run_without_a_currency_s_totals_is_refused_not_read_as_rollouts():
+    """A run made before the trainer logged kept rollouts has no ``total/kept_samples``: read as 0, its
+    cost_dense would be its rollouts whatever rho is."""
+    r = run("a", 0, [0.0, 0.2, 0.4, 0.6])
+    for m in r["metrics"]:
+        m.pop("total/kept_samples", None)
+    assert at_cost(r, "cost_sparse", 768, rho=2.0) == pytest.approx(0.3)  # its totals are there
+    with pytest.raises(ValueError, match=r"run 'a' seed 0 has no total/kept_samples .* cannot be read in cost_dense"):
+        at_cost(r, "cost_dense", 768, rho=1.0)
+
+
+def test_rollouts_to_a_target_in_a_cost_currency():
+    """Chapter 11, *In the currency you pay*: what a run had spent in the currency when it reached the target."""
+    r = run("a", 0, [0.0, 0.2, 0.4, 0.6])  # evaluations at 0, 256, 512, 768 rollouts; trains half of them
+    endpoint = {"target": 0.3}
+    assert to_target_values([r], endpoint)["a"][0] == pytest.approx(384)
+    assert to_target_values([r], endpoint, currency="cost_sparse", rho=2.0)["a"][0] == pytest.approx(768)
+    assert to_target_values([r], endpoint, currency="cost_dense", rho=0.5)["a"][0] == pytest.approx(576)
+    assert to_target_values([r], {"target": 0.9}, currency="cost_dense")["a"][0] == math.inf
 
 
 def test_sign_flip_and_holm_are_exact():

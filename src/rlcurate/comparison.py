@@ -102,23 +102,39 @@ def area(curve: GridCurve, budget: float) -> float:
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
 
 
-def cost(result: Mapping[str, Any], currency: str, rho: float = 1.0, key: str = "eval/accuracy") -> tuple[np.ndarray, np.ndarray]:
-    """``(cost, value)`` at every evaluation of a run, the cost in ``currency`` (:data:`CURRENCIES`)."""
+_CURRENCY_KEYS = {"rollouts": ("total/rollouts",), "cost_sparse": ("total/rollouts", "total/trained_samples"),
+                  "cost_dense": ("total/rollouts", "total/kept_samples"),
+                  "tokens": ("total/generated_tokens", "total/trained_tokens"), "steps": ("step",)}
+
+
+def _spent(result: Mapping[str, Any], recs: Sequence[Mapping[str, Any]], currency: str, rho: float) -> np.ndarray:
+    """What a run had spent in ``currency`` at each of its metric records ``recs``. A record after the first
+    step that lacks a total the currency needs (a run made before the trainer logged it) is refused rather
+    than read as 0, which would turn a cost currency into plain rollouts."""
     if currency not in CURRENCIES:
         raise ValueError(f"currency must be one of {', '.join(CURRENCIES)}, got {currency!r}")
+    keys = _CURRENCY_KEYS[currency]
+    lacking = sorted({k for r in recs if r.get("step", 0) > 0 for k in keys if k not in r})
+    if lacking:
+        raise ValueError(f"run {result.get('run')!r} seed {result.get('seed')!r} has no {', '.join(lacking)} in its "
+                         f"metrics (made before the trainer logged it): it cannot be read in {currency}")
+
+    def total(key: str) -> np.ndarray:
+        return np.array([r.get(key, 0) for r in recs], dtype=float)
+
+    if currency == "cost_sparse":
+        return total("total/rollouts") + rho * total("total/trained_samples")
+    if currency == "cost_dense":
+        return total("total/rollouts") + rho * total("total/kept_samples")
+    if currency == "tokens":
+        return total("total/generated_tokens") + total("total/trained_tokens")
+    return total(keys[0])
+
+
+def cost(result: Mapping[str, Any], currency: str, rho: float = 1.0, key: str = "eval/accuracy") -> tuple[np.ndarray, np.ndarray]:
+    """``(cost, value)`` at every evaluation of a run, the cost in ``currency`` (:data:`CURRENCIES`)."""
     recs = _evals(result, key)
-    g = np.array([r.get("total/rollouts", 0) for r in recs], dtype=float)
-    if currency == "rollouts":
-        c = g
-    elif currency == "cost_sparse":
-        c = g + rho * np.array([r.get("total/trained_samples", 0) for r in recs], dtype=float)
-    elif currency == "cost_dense":
-        c = g + rho * np.array([r.get("total/kept_samples", 0) for r in recs], dtype=float)
-    elif currency == "tokens":
-        c = np.array([r.get("total/generated_tokens", 0) + r.get("total/trained_tokens", 0) for r in recs], dtype=float)
-    else:
-        c = np.array([r.get("step", 0) for r in recs], dtype=float)
-    return c, np.array([r[key] for r in recs], dtype=float)
+    return _spent(result, recs, currency, rho), np.array([r[key] for r in recs], dtype=float)
 
 
 def at_cost(result: Mapping[str, Any], currency: str, budget: float, rho: float = 1.0,
@@ -403,14 +419,20 @@ def target_of(start: float, endpoint: Mapping[str, Any]) -> float:
 
 
 def to_target_values(results: Sequence[Mapping[str, Any]], endpoint: Mapping[str, Any],
-                     key: str = "eval/accuracy") -> dict[str, dict[int, float]]:
+                     key: str = "eval/accuracy", currency: str = "rollouts",
+                     rho: float = 1.0) -> dict[str, dict[int, float]]:
     """Rollouts to the declared target of every reference run, ``{run: {seed: rollouts}}`` (``inf`` when a
     run never reached it): the rollouts actually spent at each evaluation of the grid, linearly
-    interpolated (:func:`rollouts_to_target`)."""
+    interpolated (:func:`rollouts_to_target`). With another ``currency`` (:data:`CURRENCIES`, ``rho`` the
+    train/generate cost ratio of the cost currencies), what the run had spent in it when it reached the
+    target (chapter 11, *In the currency you pay*)."""
     out: dict[str, dict[int, float]] = {}
     for r in results:
         c = grid_curve(r, key)
-        out.setdefault(r["run"], {})[int(r["seed"])] = rollouts_to_target(c.rollouts, c.value,
+        spent = c.rollouts
+        if currency != "rollouts":
+            spent = _spent(r, [m for m in _evals(r, key) if "eval/grid" in m], currency, rho)
+        out.setdefault(r["run"], {})[int(r["seed"])] = rollouts_to_target(spent, c.value,
                                                                            target_of(c.value[0], endpoint))
     return out
 

@@ -75,3 +75,20 @@ def check(records):
     assert later["share"] == 78 / 432
     miss = later["miss"]  # the text: a factor of 1.32 without a floor, 1.19 with the later audit's
     assert abs(np.exp(miss["out of reach 0%"]) - 1.32) < 0.005 and abs(np.exp(miss["later audit: 18%"]) - 1.19) < 0.005
+    # in chapter 10's cost currencies (committed runs, read after them): selection and allocation train what they
+    # generate, so their ratios do not move with dense training; the filtering samplers' do, and on the hard pool
+    # at rho 2.79 DAPO's and GRESO's fall below oracle selection's without surviving Holm (the text's reading)
+    cost = records["to_target_cost"]
+    for pool in ("main pool", "hard pool"):
+        rollouts, dense = cost[f"{pool}, rollouts 1"], cost[f"{pool}, cost_dense 2.79"]
+        for arm in ("oracle_select", "oracle_alloc", "insight", "uniform_aa"):
+            assert abs(dense[arm]["ratio"] - rollouts[arm]["ratio"]) < 1e-9, (pool, arm)
+        assert all(dense[a]["ratio"] < rollouts[a]["ratio"] for a in ("dapo", "greso")), pool
+    hard = cost["hard pool, cost_dense 2.79"]
+    assert all(hard[a]["ratio"] < hard["oracle_select"]["ratio"] and hard[a]["high"] < 1 and hard[a]["p_holm"] >= 0.05
+               for a in ("dapo", "greso")), hard
+    assert cost["main pool, audits charged 1"]["oracle_select"]["low"] > 1  # the oracle's audits, charged, cost more
+    # rule 5's seeds, from each tiny pool's A/A pair (the text quotes 11 and 56 for a true ratio of 0.8)
+    need = records["seeds_needed"]
+    assert need["main pool"]["0.8"] == 11 and need["hard pool"]["0.8"] == 56, need
+    assert all(n["0.8"] > n["0.67"] > n["0.5"] for n in need.values()), need
