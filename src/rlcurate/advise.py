@@ -398,8 +398,8 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     info = _oracle_phrase(sim)
     ceiling_name = "the ceiling with that audit" if sim.get("oracle") else "chapter 11's ceiling"
     if _beyond_noise(ceiling) == -1:
-        parts = [f"with {info} curation saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target "
-                 f"here ({shown}; {ceiling_name}: a benchmark, not a bound)"]
+        parts = [f"with {info} an oracle saves about {1 - ceiling['ratio']:.0%} of the rollouts to the target in the "
+                 f"simulated world of this pool ({shown}; {ceiling_name}: a benchmark, not a bound)"]
         if ceiling["high"] >= 0.9:
             parts[0] += ", little room"
     else:
@@ -413,8 +413,8 @@ def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size:
     better = {g: r for g, r in g_arms.items() if _beyond_noise(r) == -1}
     if better:
         g = min(better, key=lambda g: better[g]["ratio"])
-        parts.append(f"use G = {g} ({_interval(better[g])} of G = {group_size}'s rollouts, Holm p "
-                     f"{_p(_holm(better[g]))})")
+        parts.append(f"G = {g} is faster in the simulation ({_interval(better[g])} of G = {group_size}'s rollouts, Holm "
+                     f"p {_p(_holm(better[g]))}): a hypothesis for a paired run, not a measurement")
     else:
         parts.append(f"no other group size beats G = {group_size} beyond the noise (Holm-adjusted)")
     return "; ".join(parts)
