@@ -2,7 +2,7 @@
 JSONs where they enter (readable, of the suite they are read for, finite accuracies and rollout counts),
 ``compare``'s options against their meaningful ranges, and ``plan`` its prompt lengths. Each refusal is one
 line naming the input; a result that cannot be read is recomputed, not counted as done. Listed in
-tests/BAD_INPUTS.md (rows A1-A9)."""
+tests/BAD_INPUTS.md (rows A1-A22)."""
 
 from __future__ import annotations
 
@@ -116,3 +116,101 @@ def test_compare_says_what_a_failing_a_a_control_means(capsys):
     assert main(["compare", "--suite", str(SUITE)]) == 0
     out = capsys.readouterr().out
     assert "warning: the interval of the A/A control uniform_aa excludes zero" in out and "is not evidence" in out
+
+
+def test_compare_refuses_the_baseline_as_its_own_control_before_reading_runs(runs, tmp_path, capsys):
+    """``--control uniform`` (the baseline) passed the unknown-arm check, then compare_arms raised a ValueError
+    traceback ("the baseline 'uniform' has no values")."""
+    message = ("rlcurate compare: error: --control: 'uniform' is the --baseline; an A/A control is another arm (the "
+               "baseline's config with another prompt order, such as uniform_aa)")
+    for folder in (runs, tmp_path / "none"):  # refused before the runs are read
+        err = _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(folder), "--control", "uniform"])
+        assert err.strip() == message, err
+    err = _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(runs), "--baseline", "insight",
+                                   "--control", "uniform", "--control", "insight"])
+    assert "--control: 'insight' is the --baseline" in err
+
+
+@pytest.mark.parametrize("option", [["--plot", "p.png"], ["--measure", "area"], ["--measure", "final"],
+                                    ["--control", "uniform_aa"], ["--baseline", "uniform"],
+                                    ["--measure", "cost", "--currency", "cost_dense", "--rho", "2"]],
+                         ids=["plot", "measure", "measure-default", "control", "baseline", "cost"])
+def test_compare_sweep_refuses_the_options_of_the_paired_comparison(runs, tmp_path, capsys, option):
+    """``compare --sweep`` prints the chosen learning rates and silently ignored --plot, --measure, --control and
+    --baseline (even at their defaults, given explicitly): now one line naming them, before the runs are read."""
+    flags = [o for o in option if o.startswith("--")]
+    for folder in (runs, tmp_path / "none"):
+        err = _one_line_error(capsys, ["compare", "--suite", str(SUITE), "--runs", str(folder), "--sweep", *option])
+        verb = "belongs" if len(flags) == 1 else "belong"
+        assert err.strip() == (f"rlcurate compare: error: --sweep prints the learning rate each arm takes from a "
+                               f"validation sweep; {', '.join(flags)} {verb} to the paired comparison, which --sweep "
+                               f"does not make (drop {'it' if len(flags) == 1 else 'them'}, or --sweep)"), err
+
+
+def _suite_with_budget_in(tmp_path, max_rollouts):
+    """The protocol suite with max_rollouts moved from its overrides to its base config (``None``: nowhere)."""
+    import yaml
+
+    suite = yaml.safe_load(SUITE.read_text())
+    base = yaml.safe_load((REPO / suite["base"]).read_text())
+    del suite["overrides"]["max_rollouts"]
+    if max_rollouts is not None:
+        base["max_rollouts"] = max_rollouts
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    suite["base"] = str(tmp_path / "base.yaml")
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    return tmp_path / "suite.yaml"
+
+
+def test_compare_takes_the_default_budget_from_the_baseline_runs_config(runs, tmp_path, capsys, monkeypatch):
+    """The default budget was read from the suite's overrides alone: a suite whose base config sets max_rollouts
+    was refused with "pass --budget", and with --measure cost --budget-rollouts N the user was told to pass
+    --budget, which --budget-rollouts then refused. Now the baseline run's resolved max_rollouts."""
+    monkeypatch.chdir(REPO)  # the stored runs name their model relative to the repository
+    suite = _suite_with_budget_in(tmp_path, 12800)
+    argv = ["compare", "--suite", str(suite), "--runs", str(runs)]
+    assert main(argv) == 0
+    assert "final at 12,800 rollouts; paired differences to uniform" in capsys.readouterr().out
+    assert main(argv + ["--measure", "cost"]) == 0
+    assert "what uniform spends in 12,800 generated rollouts" in capsys.readouterr().out
+    assert main(argv + ["--measure", "cost", "--budget-rollouts", "5120"]) == 0
+    assert "accuracy at rollouts 5,120 (generated rollouts), what uniform spends in 5,120 generated rollouts" in \
+        capsys.readouterr().out
+
+
+def test_compare_without_any_max_rollouts_names_the_flag_that_sets_the_budget(runs, tmp_path, capsys):
+    """A suite that sets max_rollouts nowhere: one line saying which flag gives the budget; --measure cost
+    --budget-rollouts N needs no other (before: "pass --budget", which --budget-rollouts then refused)."""
+    for f in runs.glob("*.json"):  # results that record no config: no staleness check against the changed suite
+        f.write_text(json.dumps({**json.loads(f.read_text()), "config": {}}))
+    suite = _suite_with_budget_in(tmp_path, None)
+    argv = ["compare", "--suite", str(suite), "--runs", str(runs)]
+    why = (f"rlcurate compare: error: suite {suite} sets no max_rollouts for the baseline run 'uniform' (neither the "
+           f"run, the suite's overrides nor the base config {tmp_path / 'base.yaml'}): pass ")
+    assert _one_line_error(capsys, argv).strip() == why + "--budget"
+    assert _one_line_error(capsys, argv + ["--measure", "cost"]).strip() == why + "--budget-rollouts N (or --budget)"
+    assert main(argv + ["--measure", "cost", "--budget-rollouts", "5120"]) == 0
+    assert "what uniform spends in 5,120 generated rollouts" in capsys.readouterr().out
+    assert main(argv + ["--budget", "5120"]) == 0
+    (tmp_path / "far").mkdir()
+    far = _suite_with_budget_in(tmp_path / "far", 99999)  # a default budget no run reaches: no --budget to blame
+    err = _one_line_error(capsys, ["compare", "--suite", str(far), "--runs", str(runs)]).strip()
+    assert err == ("rlcurate compare: error: the budget 99999, the max_rollouts of run 'uniform': no run of suite "
+                   "'protocol' reaches it (the largest reaches 12800 rollouts); pass a smaller --budget"), err
+
+
+def test_compare_names_budget_rollouts_only_when_it_was_passed(runs, capsys):
+    """A baseline seed that stops short of the default budget of --measure cost was reported as
+    "--budget-rollouts 12800: ..." though the user never passed --budget-rollouts."""
+    path = runs / "uniform_s1.json"
+    result = json.loads(path.read_text())
+    result["metrics"] = [m for m in result["metrics"] if m.get("total/rollouts", 0) <= 10240]
+    path.write_text(json.dumps(result))
+    argv = ["compare", "--suite", str(SUITE), "--runs", str(runs), "--measure", "cost"]
+    err = _one_line_error(capsys, argv).strip()
+    assert err == ("rlcurate compare: error: --measure cost reads the budget where the baseline has generated its "
+                   "max_rollouts, 12800: the baseline 'uniform' stops short of it in seed(s) 1; pass a smaller "
+                   "--budget-rollouts (or --budget)"), err
+    err = _one_line_error(capsys, argv + ["--budget-rollouts", "11000"]).strip()
+    assert err == ("rlcurate compare: error: --budget-rollouts 11000: the baseline 'uniform' stops short of it in "
+                   "seed(s) 1")

@@ -246,3 +246,15 @@ def test_compare_warns_of_a_budget_before_the_first_evaluation(capsys):
         capsys.readouterr().out
     assert main(base + ["--budget", "2560"]) == 0
     assert "comes before the first evaluation" not in capsys.readouterr().out
+
+
+def test_compare_refuses_a_currency_its_runs_do_not_count(capsys):
+    """end_to_end's runs were made before the trainer logged kept rollouts: read in cost_dense they would be
+    plain rollouts (the table headed "rho 3" was the rollout table). One line, before any table."""
+    from rlcurate.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    assert main(["compare", "--suite", str(repo / "configs/suites/end_to_end.yaml"), "--runs",
+                 str(repo / "data/runs/end_to_end"), "--measure", "cost", "--currency", "cost_dense", "--rho", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--currency cost_dense: run " in err[0] and "has no total/kept_samples" in err[0], err

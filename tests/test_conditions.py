@@ -206,3 +206,34 @@ def test_rlcurate_compare_reads_rollouts_to_the_declared_target(tmp_path, capsys
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(suite))
     assert main(["compare", "--suite", str(tmp_path / "s.yaml"), "--runs", str(runs), "--measure", "to_target"]) == 2
     assert "declares no rollouts_to_target endpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"suite": "conditions_test", "runs": {"unif', "g4.json: not a readable condition result (JSONDecodeError: "),
+    ("[]", "g4.json: not a condition result, a JSON list instead of a mapping; "),
+    ('{"runs": {"uniform": {"0": {}}}}', "g4.json: not a condition result, it lacks setup, endpoint, lrs, "
+                                         "validation_seeds, arms, lr, sweep; "),
+    ('{"setup": {}, "endpoint": {}, "lrs": [], "validation_seeds": [], "arms": {}, "lr": {}, "sweep": {}, "runs": []}',
+     "g4.json: not a condition result, it lacks runs (not a dict); "),
+    ('{"setup": {}, "endpoint": {}, "lrs": [], "validation_seeds": [], "arms": {}, "lr": {}, "sweep": {}, "runs": {}}',
+     "g4.json: a damaged condition result, no arm in runs; "),
+    ('{"setup": {}, "endpoint": {}, "lrs": [], "validation_seeds": [], "arms": {}, "lr": {}, "sweep": {}, '
+     '"runs": {"uniform": {"0": {}}}}',
+     "g4.json: a damaged condition result, arm(s) 'uniform' without seeds, an entry in arms or a learning rate; "),
+], ids=["truncated", "a-list", "no-keys", "runs-a-list", "no-arm", "arm-not-in-arms"])
+def test_a_damaged_stored_condition_result_is_one_line_before_any_run(tmp_path, content, message, capsys):
+    """A stored condition result cut short or edited by hand was read with json.loads and indexed: a
+    JSONDecodeError or TypeError traceback, after the conditions before it had run. Now every stored result is
+    read first and a damaged one named in one line with what to do."""
+    from rlcurate.cli import main
+
+    path, out = tmp_path / "suite.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(SMALL))
+    out.mkdir()
+    (out / "g4.json").write_text(content)
+    assert main(["conditions", "--suite", str(path), "--out", str(out), "--only", "main", "g4"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"rlcurate conditions: error: {out / 'g4.json'}") and message in err, err
+    assert err.rstrip().endswith("; delete it or pass --force to compute the condition afresh"), err
+    assert not (out / "main.json").exists()  # refused before the condition listed first ran

@@ -5,6 +5,7 @@ Bayesian allocation, exact resume, and smoke runs on the tiny model."""
 import copy
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -379,6 +380,38 @@ def test_est_rejects_bad_arguments():
         AdaEstSampler(decay=1.5)
     with pytest.raises(ValueError, match="objective"):
         AdaEstSampler(objective="cube")
+
+
+def test_est_hybrid_refuses_the_objective_options_it_would_ignore(tmp_path, capsys):
+    """hybrid=True allocates by 1/sqrt(p_hat + eps): an objective or its options given with it were accepted and
+    ignored; now refused, naming them, and in one line before the model loads on the command line."""
+    from pathlib import Path
+
+    from rlcurate.cli import main
+    from rlcurate.errors import UserError
+
+    for kwargs, named in (({"objective": "power"}, "drop objective='power', or hybrid"),
+                          ({"objective_kwargs": {"alpha": 0.5}}, "drop objective_kwargs={'alpha': 0.5}, or hybrid"),
+                          ({"objective": "arcsin", "objective_kwargs": {"a": 1}},
+                           "drop objective='arcsin', objective_kwargs={'a': 1}, or hybrid")):
+        with pytest.raises(ValueError, match=r"^hybrid=True allocates n_i proportional to 1/sqrt\(p_hat \+ eps\) "
+                                             r"\(the paper's Alg. 1\) and uses no objective: " + re.escape(named)):
+            AdaEstSampler(hybrid=True, **kwargs)
+        with pytest.raises(UserError, match=re.escape(f"strategy 'ada_est', strategy_kwargs {dict(hybrid=True, **kwargs)}: "
+                                                      "hybrid=True allocates")):
+            build_curator("ada_est", hybrid=True, **kwargs)
+    AdaEstSampler(hybrid=True, objective="log", objective_kwargs=None)  # the defaults: nothing ignored
+    AdaEstSampler(objective="power", objective_kwargs={"alpha": 0.5})  # without hybrid: the objective allocates
+    out = tmp_path / "run"
+    config = Path(__file__).resolve().parents[1] / "configs" / "tiny_uniform.yaml"
+    assert main(["train", "--config", str(config), "--set", "strategy=ada_est", "--set",
+                 "strategy_kwargs={hybrid: true, objective: power}", "--set", f"out_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["rlcurate train: error: strategy 'ada_est', strategy_kwargs {'hybrid': True, 'objective': "
+                                "'power'}: hybrid=True allocates n_i proportional to 1/sqrt(p_hat + eps) (the paper's "
+                                "Alg. 1) and uses no objective: drop objective='power', or hybrid to allocate by the "
+                                "objective"], err
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------------------------------ resume

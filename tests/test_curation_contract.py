@@ -368,3 +368,31 @@ def test_a_parts_mistake_is_named_where_it_is_made():
                                    (Curator(Zeroes()), RuntimeError, "observe changed the rewards")):
         with pytest.raises(error, match=needle):
             SimTrainer(world, curator, prompts_per_step=4, group_size=4, seed=0).run(1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--check"], "--check: name the strategies to check, e.g. 'rlcurate strategies insight --check' "
+                  "('rlcurate strategies' alone lists them)"),
+    (["--check", "--options", "{k: 3}"], "--check: name the strategies to check"),
+    (["--options", "{k: 3}"], "--options: only with --check and the NAME of the strategy checked, e.g. 'rlcurate "
+                              "strategies insight --check --options \"{eta: 0.5}\"' (a training config takes "
+                              "strategy_kwargs)"),
+    (["insight+dapo", "--check"], "--check: 'insight+dapo' is a composition; check each part ('rlcurate strategies "
+                                  "insight dapo --check'): the check of a strategy runs it composed with every other "
+                                  "one, both ways"),
+    (["uniform", "insight+dapo", "dapo+uniform", "--check"], "--check: 'insight+dapo' is a composition; check each "
+                                                             "part ('rlcurate strategies insight dapo uniform --check')"),
+    (["ada_est", "--check", "--options", "{hybrid: true, objective: power}"],
+     "strategy 'ada_est', strategy_kwargs {'hybrid': True, 'objective': 'power'}: hybrid=True allocates"),
+], ids=["check-without-name", "check-options-without-name", "options-without-name", "composition",
+        "compositions-among-names", "options-the-strategy-refuses"])
+def test_strategies_check_needs_names_and_refuses_a_composition_in_one_line(argv, message, capsys):
+    """``--check`` (or ``--options``) without a NAME listed the strategies and exited 0 having checked nothing;
+    ``--check`` of a composition printed "FAILED: 'insight+dapo' is not registered" (exit 1) for a valid name;
+    options the strategy refuses were reported as the strategy failing the contract. Each is now one line, exit 2,
+    before any check runs."""
+    assert main(["strategies", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err, captured
+    assert captured.err.splitlines() == [captured.err.strip()] and \
+        captured.err.startswith(f"rlcurate strategies: error: {message}"), captured.err

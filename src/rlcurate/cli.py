@@ -203,6 +203,13 @@ def _strategies(argv: list[str]) -> int:
         argv = [a for a in argv if a not in ("-h", "--help")]
     args = parser.parse_args(argv)
     names = available()
+    if args.options is not None and not args.check:
+        raise UserError("--options: only with --check and the NAME of the strategy checked, e.g. 'rlcurate "
+                        "strategies insight --check --options \"{eta: 0.5}\"' (a training config takes "
+                        "strategy_kwargs)")
+    if args.check and not args.names:
+        raise UserError("--check: name the strategies to check, e.g. 'rlcurate strategies insight --check' "
+                        "('rlcurate strategies' alone lists them)")
     if not args.names:
         print("curation strategies (the strategy key of a training config):\n")
         for name in names:
@@ -225,8 +232,11 @@ def _strategies(argv: list[str]) -> int:
         if len(parts) == 2:
             out.append(f"{spec}: the selector of {parts[0]} with the sampler and processors of {parts[1]}.")
         out += [_strategy_doc(p, full=True) for p in parts]
-    if args.options is not None and not args.check:
-        raise UserError("--options: only with --check (a training config takes strategy_kwargs)")
+    composed = [spec for spec in args.names if "+" in spec]
+    if args.check and composed:
+        parts = " ".join(dict.fromkeys(p.strip() for spec in composed for p in spec.split("+")))
+        raise UserError(f"--check: {composed[0]!r} is a composition; check each part ('rlcurate strategies {parts} "
+                        f"--check'): the check of a strategy runs it composed with every other one, both ways")
     if args.check:
         return _check_strategies(args.names, _yaml_mapping(args.options, "--options"))
     print("\n\n".join(out))
@@ -253,11 +263,19 @@ def _check_strategies(names: list[str], options: dict) -> int:
     """``rlcurate strategies NAME --check``: :func:`rlcurate.contract.check_strategy` on each name (with
     ``options``), one line per strategy and its notes; exit 1 when one fails (what broke, in one line)."""
     from rlcurate.contract import check_strategy
-    from rlcurate.curation.registry import validate_strategy
+    from rlcurate.curation.registry import build_curator, validate_strategy
+    from rlcurate.errors import UserError
 
     failed = 0
     for name in names:
         validate_strategy(name, options)  # a misspelt option: one line, before any run
+        if options:  # a value of --options the strategy refuses (a UserError from the build): one line, not FAILED
+            try:
+                build_curator(name, **options)
+            except UserError:
+                raise
+            except Exception:  # noqa: BLE001 (the strategy's own failure: the contract's check reports it)
+                pass
         try:
             report = check_strategy(name, **options)
         except AssertionError as exc:

@@ -4,6 +4,7 @@ the runs and prints."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ from rlcurate._help import ArgumentParser, HelpFormatter, wrap
 from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, cost, endpoint_values, ratio_table,
                                  spent_at, sweep_table, to_target_values)
 from rlcurate.errors import UserError
-from rlcurate.experiments import check_current, default_out, load_results, load_suite
+from rlcurate.experiments import _find, check_current, default_out, load_results, load_suite
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,15 +42,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="with --measure cost and a cost_* currency: the training cost of a rollout relative to "
                         "generating it (default 1; chapter 10 measures 2.44 and 2.79 on the tiny model, "
                         "bench/bench_rho.py)")
-    p.add_argument("--budget", type=float, help="budget in the currency (default: the suite's max_rollouts; with "
-                                                "--measure cost, what the baseline spends in --budget-rollouts)")
+    p.add_argument("--budget", type=float, help="budget in the currency (default: the baseline run's max_rollouts, "
+                                                "from the suite's run, its overrides or its base config; with --sweep, "
+                                                "the one every run has; with --measure cost, what the baseline spends "
+                                                "in --budget-rollouts)")
     p.add_argument("--budget-rollouts", type=float, metavar="N",
                    help="with --measure cost: read every arm at what the baseline spends in --currency when it has "
                         "generated N rollouts, the least over its seeds (chapter 10's cost currencies; default: the "
-                        "suite's max_rollouts)")
+                        "baseline run's max_rollouts)")
     p.add_argument("--plot", metavar="FILE", help="also draw the forest of the table and each arm's mean curve with "
                                                   "its band into FILE (.png, .pdf or .svg)")
-    args = p.parse_args(argv)
+    # the options whose defaults are not None start as None here, so that what the user gave can be told apart
+    args = p.parse_args(argv, namespace=argparse.Namespace(**{k: None for k in SWEEP_REFUSES_DEFAULTS}))
+    if args.sweep:
+        given = [flag for flag in SWEEP_REFUSES if getattr(args, flag[2:].replace("-", "_")) is not None]
+        if given:
+            raise UserError(f"--sweep prints the learning rate each arm takes from a validation sweep; "
+                            f"{', '.join(given)} belong{'s' if len(given) == 1 else ''} to the paired comparison, "
+                            f"which --sweep does not make (drop {'it' if len(given) == 1 else 'them'}, or --sweep)")
+    for key in SWEEP_REFUSES_DEFAULTS:
+        if getattr(args, key) is None:
+            setattr(args, key, p.get_default(key))
+    if args.control and args.baseline in args.control:
+        raise UserError(f"--control: {args.baseline!r} is the --baseline; an A/A control is another arm (the "
+                        f"baseline's config with another prompt order, such as {args.baseline}_aa)")
     if args.plot:
         _check_plot_path(args.plot)
     if args.rho is not None and (not math.isfinite(args.rho) or args.rho < 0):
@@ -77,16 +93,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "" if folder.is_absolute() else f" (read from the current folder {Path.cwd()}; --runs names another)"
         raise UserError(f"no results of suite {suite['name']!r} in {folder}{where}")
     check_current(suite, results)
-    if not args.budget and not suite["overrides"].get("max_rollouts"):
-        raise UserError(f"suite {args.suite} sets no max_rollouts in its overrides: pass --budget")
-    budget = args.budget or float(suite["overrides"]["max_rollouts"])
+    if args.measure == "cost":
+        for r in results:
+            try:
+                cost(r, args.currency, args.rho)
+            except ValueError as exc:  # a run made before the trainer logged what the currency counts
+                raise UserError(f"--currency {args.currency}: {exc}") from None
+    budget = args.budget
+    if budget is None and args.budget_rollouts is None:  # --budget-rollouts N sets the budget of --measure cost
+        budget = _default_budget(suite, args)
     spent_note = ""
     if args.measure == "cost" and args.budget is None:
         budget, spent_note = _baseline_spend(results, args, args.budget_rollouts or budget)
     reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
     if args.currency == "rollouts" and budget > reached:
-        raise UserError(f"--budget {budget:g}: no run of suite {suite['name']!r} reaches it (the largest "
-                        f"reaches {reached:g} rollouts)")
+        what = f"--budget {budget:g}" if args.budget is not None else (
+            f"the budget {budget:g}, the max_rollouts of " + ("every run" if args.sweep else f"run {args.baseline!r}"))
+        raise UserError(f"{what}: no run of suite {suite['name']!r} reaches it (the largest reaches {reached:g} "
+                        f"rollouts){'' if args.budget is not None else '; pass a smaller --budget'}")
     if args.sweep:
         try:
             table = sweep_table(results, budget)
@@ -185,6 +209,45 @@ def _control_note(failed: dict[str, bool]) -> None:
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
 
+SWEEP_REFUSES = ("--baseline", "--control", "--measure", "--currency", "--rho", "--budget-rollouts", "--plot")
+"""The options of the paired comparison, refused with ``--sweep`` (which would ignore them)."""
+SWEEP_REFUSES_DEFAULTS = ("baseline", "measure", "currency")
+"""Those of them whose defaults are not None."""
+
+
+def _default_budget(suite, args) -> float:
+    """The budget when neither --budget nor --budget-rollouts is given: the baseline run's max_rollouts as its
+    config resolves it (``rlcurate.experiments.run_config``: the run's own, else the suite's overrides', else the
+    base config's); with --sweep, the one max_rollouts every run resolves to. A :class:`UserError` says which flag
+    to pass when there is none."""
+    base: list[dict] = []  # the base config, read only when a run and the overrides leave max_rollouts to it
+
+    def resolved(run: str):
+        over = {**suite["overrides"], **(suite["runs"].get(run) or {})}
+        if "max_rollouts" in over:
+            return over["max_rollouts"]
+        if not base:
+            from rlcurate.train.config import read_yaml
+
+            data = read_yaml(_find(suite["base"], Path(suite["_path"])), what="base config")
+            base.append(data if isinstance(data, dict) else {})
+        return base[0].get("max_rollouts")
+
+    flag = "--budget-rollouts N (or --budget)" if args.measure == "cost" else "--budget"
+    if args.sweep:
+        values = {run: resolved(run) for run in suite["runs"]}
+        if len(set(map(repr, values.values()))) > 1:
+            raise UserError(f"suite {args.suite}: the runs have different max_rollouts ("
+                            + ", ".join(f"{run} {v}" for run, v in values.items()) + f"): pass {flag}")
+        value, whose = next(iter(values.values())), "its runs"
+    else:
+        value, whose = resolved(args.baseline), f"the baseline run {args.baseline!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        said = (f"sets no max_rollouts for {whose} (neither the run, the suite's overrides nor the base config "
+                f"{suite['base']})" if not value else f"sets max_rollouts {value!r} for {whose}, not a number of rollouts")
+        raise UserError(f"suite {args.suite} {said}: pass {flag}")
+    return float(value)
+
 
 def _baseline_spend(results, args, rollouts: float) -> tuple[float, str]:
     """The budget of ``--measure cost``: what the baseline has spent in ``--currency`` when it has generated
@@ -196,8 +259,11 @@ def _baseline_spend(results, args, rollouts: float) -> tuple[float, str]:
         raise UserError(f"--baseline {args.baseline!r} has no runs; arms: {arms}")
     short = sorted(r["seed"] for r in runs if cost(r, "rollouts")[0][-1] < rollouts)
     if short:
-        raise UserError(f"--budget-rollouts {rollouts:g}: the baseline {args.baseline!r} stops short of it in seed(s) "
-                        f"{', '.join(map(str, short))}")
+        what = (f"--budget-rollouts {rollouts:g}" if args.budget_rollouts is not None else
+                f"--measure cost reads the budget where the baseline has generated its max_rollouts, {rollouts:g}")
+        raise UserError(f"{what}: the baseline {args.baseline!r} stops short of it in seed(s) "
+                        f"{', '.join(map(str, short))}" + ("" if args.budget_rollouts is not None else
+                                                            "; pass a smaller --budget-rollouts (or --budget)"))
     spend = min(spent_at(r, args.currency, args.rho, rollouts) for r in runs)
     return spend, f", what {args.baseline} spends in {rollouts:,.0f} generated rollouts (the least over its seeds)"
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from rlcurate.errors import UserError
 
-__all__ = ["load_conditions", "condition_config", "run_costs", "run_curve", "run_condition", "condition_table", "main"]
+__all__ = ["load_conditions", "condition_config", "run_costs", "run_curve", "run_condition", "condition_table",
+           "read_condition", "main"]
 
 SUITE_KEYS = {"name", "world", "train", "budget", "lrs", "validation_seeds", "seeds", "endpoint", "arms",
               "conditions"}
@@ -331,6 +332,40 @@ def json_safe(x):
     return x
 
 
+RESULT_KEYS = {"setup": dict, "endpoint": dict, "lrs": list, "validation_seeds": list, "arms": dict, "lr": dict,
+               "sweep": dict, "runs": dict}
+"""The keys of a stored condition result that ``rlcurate conditions`` reads back, with their types."""
+
+
+def read_condition(path: str | Path) -> dict[str, Any]:
+    """A stored condition result (``<out>/<condition>.json``), checked as far as ``rlcurate conditions`` reads it
+    to keep its arms: readable JSON, a mapping with :data:`RESULT_KEYS` of their types, ``runs`` a non-empty
+    mapping of arm to seeds, each arm of it in ``arms`` and ``lr``. A damaged one (a copy cut short, a file
+    edited by hand) raises :class:`UserError` naming the file, what is wrong, and what to do (as
+    :func:`rlcurate.experiments.read_result` for a run's result)."""
+    path = Path(path)
+    remedy = "delete it or pass --force to compute the condition afresh"
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not a readable condition result ({type(exc).__name__}: {exc}); {remedy}") from None
+    if not isinstance(result, dict):
+        raise UserError(f"{path}: not a condition result, a JSON {type(result).__name__} instead of a mapping; "
+                        f"{remedy}")
+    wrong = [f"{k} (not a {t.__name__})" if k in result else k for k, t in RESULT_KEYS.items()
+             if not isinstance(result.get(k), t)]
+    if wrong:
+        raise UserError(f"{path}: not a condition result, it lacks {', '.join(wrong)}; {remedy}")
+    runs = result["runs"]
+    bad = [a for a, by_seed in runs.items() if not isinstance(by_seed, dict) or not by_seed
+           or a not in result["arms"] or a not in result["lr"]]
+    if not runs or bad:
+        what = f"arm(s) {', '.join(map(repr, bad))} without seeds, an entry in arms or a learning rate" if bad else \
+            "no arm in runs"
+        raise UserError(f"{path}: a damaged condition result, {what}; {remedy}")
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from rlcurate._help import ArgumentParser, HelpFormatter
 
@@ -351,12 +386,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rlcurate.experiments import default_out
 
     out = Path(args.out) if args.out else default_out(suite)
+    # every stored result is read and checked before any condition runs
+    stored = {name: read_condition(out / f"{name}.json") for name in names
+              if (out / f"{name}.json").exists() and not args.force}
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         path = out / f"{name}.json"
-        previous = None
-        if path.exists() and not args.force:
-            previous = json.loads(path.read_text())
+        previous = stored.get(name)
+        if previous is not None:
             missing = [a for a in suite["arms"] if a not in previous["runs"]]
             if not missing:
                 print(f"{name}: done ({path})")

@@ -93,6 +93,11 @@ class AdaEstSampler(Sampler):
             raise ValueError(f"decay must lie in [0, 1], got {decay!r}")
         if not eps > 0:
             raise ValueError(f"eps must be > 0, got {eps!r}")
+        if hybrid and (objective != "log" or objective_kwargs):
+            given = ", ".join([f"objective={objective!r}"] * (objective != "log")
+                              + [f"objective_kwargs={objective_kwargs!r}"] * bool(objective_kwargs))
+            raise ValueError(f"hybrid=True allocates n_i proportional to 1/sqrt(p_hat + eps) (the paper's Alg. 1) and "
+                             f"uses no objective: drop {given}, or hybrid to allocate by the objective")
         self.alpha, self.beta, self.decay, self.eps = float(alpha), float(beta), float(decay), float(eps)
         self.objective = get_objective(objective, **(objective_kwargs or {}))
         self.hybrid = bool(hybrid)
@@ -169,9 +174,9 @@ class AdaEstConfig(StrategyConfig):
     """lam in [0, 1] of the decayed counts N <- lam N + n after each visit (the prototype's 0.9)."""
     objective: str = "log"
     """The objective whose weight f'(p_hat) allocates the rollouts: ``log`` (1/p_hat, the prototype),
-    ``power``, ``arcsin`` or ``linear`` (:func:`rlcurate.stats.get_objective`)."""
+    ``power``, ``arcsin`` or ``linear`` (:func:`rlcurate.stats.get_objective`); not with ``hybrid``."""
     objective_kwargs: dict | None = None
-    """Keyword arguments of the objective (e.g. its exponent for ``power``)."""
+    """Keyword arguments of the objective (e.g. its exponent for ``power``); not with ``hybrid``."""
     hybrid: bool = False
     """The paper's Alg. 1: n_i proportional to 1/sqrt(p_hat + eps) and a group weight
     1/sqrt(r_bar + eps) (use ``advantage="drgrpo"``)."""
