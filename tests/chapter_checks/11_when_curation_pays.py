@@ -92,3 +92,8 @@ def check(records):
     need = records["seeds_needed"]
     assert need["main pool"]["0.8"] == 11 and need["hard pool"]["0.8"] == 56, need
     assert all(n["0.8"] > n["0.67"] > n["0.5"] for n in need.values()), need
+    # advise's direction (faster / within the noise / slower) against the measured one: the counts the text quotes
+    dec = records["advise_check"]["decisions"]
+    assert (dec["simulated world"]["agree"], dec["simulated world"]["rows"]) == (16, 27)
+    assert (dec["language models"]["agree"], dec["language models"]["rows"]) == (6, 12)
+    assert abs(dec["simulated world"]["typical_miss"] - 1.37) < 0.005 and abs(dec["language models"]["typical_miss"] - 1.56) < 0.005
