@@ -231,9 +231,9 @@ def _area(x, y, budget) -> float:
 
 
 def _measures(x, y, budget, close_gap) -> dict[str, Any]:
-    from rlcurate.comparison import rollouts_to_target
+    from rlcurate.comparison import rollouts_to_target, target_of
 
-    target = y[0] + close_gap * (1.0 - y[0])
+    target = target_of(y[0], {"close_gap": close_gap})
     grid = np.linspace(0, budget, CURVE_POINTS)
     return {"to_target": rollouts_to_target(x, y, target), "target": float(target),
             "final": float(np.interp(budget, x, y)), "area": _area(x, y, budget),
