@@ -97,3 +97,7 @@ def check(records):
     assert (dec["simulated world"]["agree"], dec["simulated world"]["rows"]) == (16, 27)
     assert (dec["language models"]["agree"], dec["language models"]["rows"]) == (6, 12)
     assert abs(dec["simulated world"]["typical_miss"] - 1.37) < 0.005 and abs(dec["language models"]["typical_miss"] - 1.56) < 0.005
+    # the map read at other shares of the gap (from the runs' stored curves): every arm at each of the three
+    sens = records["target_sensitivity"]
+    assert {k.rsplit(" ", 1)[1] for k in sens} == {"0.25", "0.5", "0.75"} and len(sens) % 3 == 0
+    assert all(v["min_ratio"] > 0 and not set(v["faster"]) & set(v["slower"]) for v in sens.values()), sens
