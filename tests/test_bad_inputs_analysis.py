@@ -79,8 +79,8 @@ def test_another_suites_runs_are_refused(capsys, tmp_path):
     (["--measure", "cost", "--budget-rollouts", "-3"], "--budget-rollouts must be a finite number > 0, got -3"),
     (["--budget-rollouts", "100"], "--budget-rollouts sets the budget of --measure cost"),
     (["--measure", "cost", "--budget-rollouts", "1e9"], "the baseline 'uniform' stops short of it in seed(s)"),
-    (["--rho", "2.79"], "--currency and --rho choose the compute axis of --measure cost"),
-    (["--currency", "cost_dense"], "--currency and --rho choose the compute axis of --measure cost"),
+    (["--rho", "2.79"], "--currency and --rho choose the compute axis of --measure cost or to_target"),
+    (["--currency", "cost_dense"], "--currency and --rho choose the compute axis of --measure cost or to_target"),
     (["--measure", "cost", "--currency", "tokens", "--rho", "2"], "--rho prices trained rollouts in cost_sparse and"),
 ])
 def test_compare_options_out_of_range_are_one_line(runs, capsys, option, message):

@@ -258,3 +258,20 @@ def test_compare_refuses_a_currency_its_runs_do_not_count(capsys):
                  str(repo / "data/runs/end_to_end"), "--measure", "cost", "--currency", "cost_dense", "--rho", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--currency cost_dense: run " in err[0] and "has no total/kept_samples" in err[0], err
+
+
+def test_compare_reads_rollouts_to_the_target_in_a_cost_currency(capsys):
+    """Chapter 11, *In the currency you pay*: the hard pool's runs to the target in cost_dense at rho 2.79, censored
+    at what uniform spends in the suite's 9,600 rollouts; the A/A control read against a ratio of 1."""
+    from rlcurate.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    argv = ["compare", "--suite", str(repo / "configs/suites/curation_pays_hard.yaml"), "--runs",
+            str(repo / "data/runs/curation_pays_hard"), "--measure", "to_target"]
+    assert main(argv + ["--currency", "cost_dense", "--rho", "2.79"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cost_dense (") and "counts at 36,384, what uniform spends in 9,600 generated rollouts" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("dapo", "greso"))}
+    assert rows["dapo"][2:5] == ["0.66", "[0.47,", "0.92]"] and rows["greso"][6] == "0.066", rows
+    assert "A/A control uniform_aa: its interval covers 1, as it should" in out
+    assert main(argv) == 0 and "dapo                     8    1.37" in capsys.readouterr().out  # in rollouts

@@ -35,11 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="accuracy at the budget, area under the curve, accuracy at a budget in --currency, or the "
                         "rollouts to the target the suite's endpoint declares (chapter 11: paired ratios)")
     p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES),
-                   help="the compute axis: generated rollouts; rollouts + rho x rollouts trained, sparse (this "
+                   help="with --measure cost or to_target, the compute axis: generated rollouts; rollouts + rho x rollouts trained, sparse (this "
                         "trainer: non-zero advantages) or dense (verl: every kept rollout); generated + trained "
                         "tokens; optimizer steps (the papers' currency) (chapter 10)")
     p.add_argument("--rho", type=float,
-                   help="with --measure cost and a cost_* currency: the training cost of a rollout relative to "
+                   help="with --measure cost or to_target and a cost_* currency: the training cost of a rollout relative to "
                         "generating it (default 1; chapter 10 measures 2.44 and 2.79 on the tiny model, "
                         "bench/bench_rho.py)")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the baseline run's max_rollouts, "
@@ -71,9 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rho is not None and (not math.isfinite(args.rho) or args.rho < 0):
         raise UserError(f"--rho must be a finite number >= 0 (training cost of a rollout over generating it), "
                         f"got {args.rho:g}")
-    if args.measure != "cost" and (args.currency != "rollouts" or args.rho is not None):
-        raise UserError(f"--currency and --rho choose the compute axis of --measure cost; --measure {args.measure} "
-                        "reads generated rollouts (add --measure cost)")
+    if args.measure not in ("cost", "to_target") and (args.currency != "rollouts" or args.rho is not None):
+        raise UserError(f"--currency and --rho choose the compute axis of --measure cost or to_target; --measure "
+                        f"{args.measure} reads generated rollouts (add --measure cost)")
     if args.rho is not None and not args.currency.startswith("cost_"):
         raise UserError(f"--rho prices trained rollouts in cost_sparse and cost_dense; --currency {args.currency} "
                         "does not use it")
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "" if folder.is_absolute() else f" (read from the current folder {Path.cwd()}; --runs names another)"
         raise UserError(f"no results of suite {suite['name']!r} in {folder}{where}")
     check_current(suite, results)
-    if args.measure == "cost":
+    if args.measure in ("cost", "to_target"):
         for r in results:
             try:
                 cost(r, args.currency, args.rho)
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if budget is None and args.budget_rollouts is None:  # --budget-rollouts N sets the budget of --measure cost
         budget = _default_budget(suite, args)
     spent_note = ""
-    if args.measure == "cost" and args.budget is None:
+    if args.budget is None and (args.measure == "cost" or (args.measure == "to_target" and args.currency != "rollouts")):
         budget, spent_note = _baseline_spend(results, args, args.budget_rollouts or budget)
     reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
     if args.currency == "rollouts" and budget > reached:
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "endpoint" not in suite or suite["endpoint"]["primary"] != "rollouts_to_target":
             raise UserError(f"--measure to_target: suite {args.suite} declares no rollouts_to_target endpoint "
                             "(an 'endpoint:' key with close_gap or target)")
-        values = to_target_values(results, suite["endpoint"])
+        values = to_target_values(results, suite["endpoint"], currency=args.currency, rho=args.rho)
     else:
         try:
             values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
@@ -156,14 +156,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratios = ratio_table(values, args.baseline, budget=budget, controls=controls)
         end = suite["endpoint"]
         goal = f"accuracy {end['target']:g}" if "target" in end else f"the start accuracy + {end['close_gap']:g} of its gap to 1"
-        print(f"rollouts until {goal}; paired ratios to {args.baseline} (a run that never reaches it counts at {budget:g})")
+        spent = "rollouts" if args.currency == "rollouts" else (
+            f"{args.currency} ({CURRENCIES[args.currency]}, rho {args.rho:g})")
+        print(f"{spent} until {goal}; paired ratios to {args.baseline} (a run that never reaches it counts at "
+              f"{budget:,.0f}{spent_note})")
         print(f"{'arm':<20}{'seeds':>6}{'ratio':>8}{'95% interval':>18}{'p (t)':>8}{'p (Holm)':>10}{'saves at most':>15}"
               f"{'censored':>10}")
         for arm, r in ratios.items():
             holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
             print(f"{arm:<20}{r.n:>6}{r.ratio:>8.2f}{f'[{r.low:.2f}, {r.high:.2f}]':>18}{r.p_t:>8.3f}{holm}"
                   f"{r.saving_text:>15}{r.censored:>10d}")
-        _control_note({a: not (r.low <= 1 <= r.high) for a, r in ratios.items() if a in controls})
+        _control_note({a: not r.covers_one for a, r in ratios.items() if a in controls}, null="1")
         _plot(args, {a: r for a, r in ratios.items() if a != args.baseline}, results, controls, suite, ratio=True)
         return 0
     table = compare_arms(values, args.baseline, args.control)
@@ -196,15 +199,17 @@ def _early_note(results, args, budget: float) -> None:
               f"{currency}); every value is a straight-line reading from the start, not a measurement")
 
 
-def _control_note(failed: dict[str, bool]) -> None:
-    """What an A/A control says about the table: the same arm twice must cover no difference (chapter 10)."""
+def _control_note(failed: dict[str, bool], null: str = "zero") -> None:
+    """What an A/A control says about the table: the same arm twice must cover no difference (chapter 10), a
+    ratio of 1 for rollouts to a target (``null="1"``)."""
     bad = [a for a, f in failed.items() if f]
+    what = "difference" if null == "zero" else "ratio"
     if bad:
-        print(f"warning: the interval of the A/A control {', '.join(bad)} excludes zero, though it differs from the "
-              f"baseline only in prompt order: the seeds vary more than the intervals assume, so a difference of that size "
+        print(f"warning: the interval of the A/A control {', '.join(bad)} excludes {null}, though it differs from the "
+              f"baseline only in prompt order: the seeds vary more than the intervals assume, so a {what} of that size "
               f"in any arm is not evidence; add seeds or model the order (chapter 10)")
     elif failed:
-        print(f"A/A control {', '.join(failed)}: its interval covers zero, as it should")
+        print(f"A/A control {', '.join(failed)}: its interval covers {null}, as it should")
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
