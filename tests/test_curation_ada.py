@@ -402,6 +402,9 @@ def test_est_hybrid_refuses_the_objective_options_it_would_ignore(tmp_path, caps
             build_curator("ada_est", hybrid=True, **kwargs)
     AdaEstSampler(hybrid=True, objective="log", objective_kwargs=None)  # the defaults: nothing ignored
     AdaEstSampler(objective="power", objective_kwargs={"alpha": 0.5})  # without hybrid: the objective allocates
+    with pytest.raises(ValueError, match=r"^eps=0\.01 is the eps of the hybrid rule \(hybrid=True\); without it"):
+        AdaEstSampler(eps=0.01)  # ... and eps, the hybrid rule's, would be ignored
+    AdaEstSampler(hybrid=True, eps=0.01)
     out = tmp_path / "run"
     config = Path(__file__).resolve().parents[1] / "configs" / "tiny_uniform.yaml"
     assert main(["train", "--config", str(config), "--set", "strategy=ada_est", "--set",

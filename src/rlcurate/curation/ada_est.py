@@ -98,6 +98,9 @@ class AdaEstSampler(Sampler):
                               + [f"objective_kwargs={objective_kwargs!r}"] * bool(objective_kwargs))
             raise ValueError(f"hybrid=True allocates n_i proportional to 1/sqrt(p_hat + eps) (the paper's Alg. 1) and "
                              f"uses no objective: drop {given}, or hybrid to allocate by the objective")
+        if not hybrid and eps != 1e-3:
+            raise ValueError(f"eps={eps!r} is the eps of the hybrid rule (hybrid=True); without it the objective's "
+                             f"weight allocates and eps is unused")
         self.alpha, self.beta, self.decay, self.eps = float(alpha), float(beta), float(decay), float(eps)
         self.objective = get_objective(objective, **(objective_kwargs or {}))
         self.hybrid = bool(hybrid)
@@ -181,7 +184,7 @@ class AdaEstConfig(StrategyConfig):
     """The paper's Alg. 1: n_i proportional to 1/sqrt(p_hat + eps) and a group weight
     1/sqrt(r_bar + eps) (use ``advantage="drgrpo"``)."""
     eps: float = 1e-3
-    """eps of the hybrid rule."""
+    """eps of the hybrid rule (only with ``hybrid``)."""
     n_min: int = 1
     """Rollouts every prompt gets at least (the prototype's 1)."""
     n_max: int | None = None
