@@ -70,6 +70,18 @@ def check(records):
             assert pred["high"] < 1 and primary["dapo"]["low"] < 0 < primary["dapo"]["high"], (pred, primary)
         orders = records["dense_by_rho_orders"]
         assert all(orders[a]["low"] < 0 < orders[a]["high"] for a in ("dapo", "ada_seq_n4")), orders
+    # the replication on seeds 8-15 (suite protocol_rho_replication, declared): (a) and (c) replicate, (b) does not;
+    # its fresh A/A order covers zero; pooled over 16 seeds Ada-Seq (n = 4) is ahead at rho 4 and 5 (the text's
+    # descriptive reading, tested by protocol_rho_high) and DAPO level
+    rep = records.get("replication_primary")
+    if rep:
+        assert records["replication_verdicts"] == {"(a) no sampler ahead": True, "(b) ada_seq_n8 behind": False,
+                                                   "(c) dapo and ada_seq_n4 level": True}
+        assert all(_interval_ok(r) for r in rep.values()) and rep["uniform_order3_aa"]["low"] < 0 < rep["uniform_order3_aa"]["high"]
+        pooled = records["replication_pooled"]
+        assert all(pooled[k]["ada_seq_n4"]["low"] > 0 and pooled[k]["ada_seq_n4"]["p_holm"] < 0.05 for k in ("4", "5")), pooled
+        assert all(pooled[k]["dapo"]["low"] < 0 < pooled[k]["dapo"]["high"] for k in ("2.79", "4", "5")), pooled
+        assert all(r["seeds"] == 16 for t in pooled.values() for r in t.values())
     filtered_steps = records.get("filtered_equal_steps")
     if filtered_steps:
         assert all(r["low"] < 0 < r["high"] for r in filtered_steps.values()), filtered_steps
