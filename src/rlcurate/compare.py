@@ -35,12 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="accuracy at the budget, area under the curve, accuracy at a budget in --currency, or the "
                         "rollouts to the target the suite's endpoint declares (chapter 11: paired ratios)")
     p.add_argument("--currency", default="rollouts", choices=list(CURRENCIES),
-                   help="with --measure cost or to_target, the compute axis: generated rollouts; rollouts + rho x rollouts trained, sparse (this "
-                        "trainer: non-zero advantages) or dense (verl: every kept rollout); generated + trained "
-                        "tokens; optimizer steps (the papers' currency) (chapter 10)")
+                   help="with --measure cost or to_target, the compute axis: generated rollouts; rollouts + rho x "
+                        "rollouts trained, sparse (this trainer: non-zero advantages) or dense (verl: every kept "
+                        "rollout); generated + trained tokens; optimizer steps (the papers' currency) (chapter 10)")
     p.add_argument("--rho", type=float,
-                   help="with --measure cost or to_target and a cost_* currency: the training cost of a rollout relative to "
-                        "generating it (default 1; chapter 10 measures 2.44 and 2.79 on the tiny model, "
+                   help="with --measure cost or to_target and a cost_* currency: the training cost of a rollout "
+                        "relative to generating it (default 1; chapter 10 measures 2.44 and 2.79 on the tiny model, "
                         "bench/bench_rho.py)")
     p.add_argument("--budget", type=float, help="budget in the currency (default: the baseline run's max_rollouts, "
                                                 "from the suite's run, its overrides or its base config; with --sweep, "
@@ -103,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if budget is None and args.budget_rollouts is None:  # --budget-rollouts N sets the budget of --measure cost
         budget = _default_budget(suite, args)
     spent_note = ""
-    if args.budget is None and (args.measure == "cost" or (args.measure == "to_target" and args.currency != "rollouts")):
+    priced = args.measure == "cost" or (args.measure == "to_target" and args.currency != "rollouts")
+    if args.budget is None and priced:
         budget, spent_note = _baseline_spend(results, args, args.budget_rollouts or budget)
     reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
     if args.currency == "rollouts" and budget > reached:
