@@ -101,3 +101,13 @@ def check(records):
     sens = records["target_sensitivity"]
     assert {k.rsplit(" ", 1)[1] for k in sens} == {"0.25", "0.5", "0.75"} and len(sens) % 3 == 0
     assert all(v["min_ratio"] > 0 and not set(v["faster"]) & set(v["slower"]) for v in sens.values()), sens
+    # the declared hard-pool suite on sixteen new seeds (curation_pays_hard_dense): DAPO and GRESO faster than uniform
+    # in cost_dense at rho 2.79 after Holm, the A/A control covering 1; not in rollouts nor with sparse training
+    hd = records.get("hard_dense")
+    if hd:
+        primary = hd["cost_dense 2.79"]
+        assert all(primary[a]["high"] < 1 and primary[a]["p_holm"] < 0.05 and primary[a]["seeds"] == 16
+                   for a in ("dapo", "greso")), primary
+        assert primary["uniform_order3_aa"]["low"] < 1 < primary["uniform_order3_aa"]["high"]
+        assert all(hd[c][a]["low"] < 1 < hd[c][a]["high"] for c in ("rollouts 1", "cost_sparse 2.79")
+                   for a in ("dapo", "greso")), hd
