@@ -18,17 +18,18 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlcurate._validate import as_int
+from rlcurate.comparison import CURRENCY_KEYS
 from rlcurate.comparison import first_crossing  # noqa: F401 (chapter 6 reads it from here)
 
-from rlcurate._validate import as_int
-
-#: Compute axes of :func:`eval_curve`: cumulative generated rollouts, wall seconds spent generating and
-#: training (evaluation excluded), and model token passes (generated + trained tokens).
+#: Compute axes of :func:`eval_curve`: cumulative generated rollouts, model token passes (generated +
+#: trained tokens) and optimizer steps, summed as :data:`rlcurate.comparison.CURRENCY_KEYS` sums them,
+#: and wall seconds spent generating and training (evaluation excluded).
 AXES = {
-    "rollouts": ("total/rollouts",),
+    "rollouts": CURRENCY_KEYS["rollouts"],
     "seconds": ("time/total_generate", "time/total_train"),
-    "tokens": ("total/generated_tokens", "total/trained_tokens"),
-    "steps": ("step",),
+    "tokens": CURRENCY_KEYS["tokens"],
+    "steps": CURRENCY_KEYS["steps"],
 }
 
 

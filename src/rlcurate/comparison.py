@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-__all__ = ["CURRENCIES", "GridCurve", "grid_curve", "at_budget", "area", "cost", "at_cost", "choose_lr",
+__all__ = ["CURRENCIES", "CURRENCY_KEYS", "GridCurve", "grid_curve", "at_budget", "area", "curve_mean", "cost", "at_cost", "choose_lr",
            "Paired", "paired", "aa_controls", "compare_arms", "holm", "sign_flip_p", "detectable_difference", "coverage",
            "resampled_coverage", "first_crossing", "rollouts_to_target", "Ratio", "ratio_table"]
 
@@ -89,6 +89,13 @@ def at_budget(curve: GridCurve, budget: float) -> float:
     return float(curve.value[hit[0]])
 
 
+def curve_mean(x, y) -> float:
+    """The mean of a piecewise-linear curve through the points (x, y) over [x[0], x[-1]] (trapezoid rule):
+    the area under the curve, the book's one definition of it (chapters 10 and 11)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+
+
 def area(curve: GridCurve, budget: float) -> float:
     """The mean of the metric over the grid points 0..``budget`` (trapezoid rule, normalised by the
     budget): the accuracy a run held on average while it spent its compute. A run whose last evaluation
@@ -99,10 +106,11 @@ def area(curve: GridCurve, budget: float) -> float:
         x, y = np.append(x, budget), np.append(y, np.interp(budget, curve.grid, curve.value))
     if x.size < 2 or x[-1] < budget:
         raise ValueError(f"the run's grid does not reach the budget {budget}")
-    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+    return curve_mean(x, y)
 
 
-_CURRENCY_KEYS = {"rollouts": ("total/rollouts",), "cost_sparse": ("total/rollouts", "total/trained_samples"),
+#: The metric totals each currency of :data:`CURRENCIES` adds up (the cost currencies weight the second by rho).
+CURRENCY_KEYS = {"rollouts": ("total/rollouts",), "cost_sparse": ("total/rollouts", "total/trained_samples"),
                   "cost_dense": ("total/rollouts", "total/kept_samples"),
                   "tokens": ("total/generated_tokens", "total/trained_tokens"), "steps": ("step",)}
 
@@ -113,7 +121,7 @@ def _spent(result: Mapping[str, Any], recs: Sequence[Mapping[str, Any]], currenc
     than read as 0, which would turn a cost currency into plain rollouts."""
     if currency not in CURRENCIES:
         raise ValueError(f"currency must be one of {', '.join(CURRENCIES)}, got {currency!r}")
-    keys = _CURRENCY_KEYS[currency]
+    keys = CURRENCY_KEYS[currency]
     lacking = sorted({k for r in recs if r.get("step", 0) > 0 for k in keys if k not in r})
     if lacking:
         raise ValueError(f"run {result.get('run')!r} seed {result.get('seed')!r} has no {', '.join(lacking)} in its "
@@ -277,8 +285,8 @@ def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: fl
     that is AR(1) over the grid: ``normal`` (sd 0.01 in both arms), ``heavy`` (Student t with 3 degrees
     of freedom, both arms), or ``skewed`` (a centred exponential in the arm, normal noise of the same sd
     in the baseline: noise of one shape in both arms would be symmetric in their difference, which is
-    what the interval is built on). ``measure`` is ``final`` (the last grid point) or ``area`` (the mean
-    of the curve over the grid, trapezoid rule, as :func:`area`)."""
+    what the interval is built on). ``measure`` is ``final`` (the last grid point) or ``area``
+    (:func:`curve_mean` over the grid)."""
     if noise not in ("normal", "heavy", "skewed"):
         raise ValueError(f"noise must be normal, heavy or skewed, got {noise!r}")
     if measure not in ("final", "area"):
@@ -292,7 +300,9 @@ def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: fl
     arm = 0.7 * (1 - np.exp(-grid / tau_a))
 
     def read(curves):
-        return curves[..., -1] if measure == "final" else np.trapezoid(curves, grid, axis=-1) / (grid[-1] - grid[0])
+        if measure == "final":
+            return curves[..., -1]
+        return np.apply_along_axis(lambda c: curve_mean(grid, c), -1, curves)
 
     truth = float(read(arm) - read(base))
     hits = 0
