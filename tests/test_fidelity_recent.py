@@ -144,7 +144,7 @@ def test_greso_does_not_adapt_in_the_first_pass_and_learns_from_every_generated_
     rec = tr.train_step()
     assert sel.epoch == 0 and (sel.p_easy, sel.p_hard) == (0.5, 0.5)
     generated = rec["rollouts"] // 8
-    assert len(sel.runs) == generated > rec["trained_samples"] // 8  # zero-variance groups enter the history too
+    assert len(sel.runs) == generated > rec["kept_samples"] // 8  # zero-variance groups enter the history too
     assert sum(e > 0 for e, _ in sel.runs.values()) and sum(h > 0 for _, h in sel.runs.values())
     while sel.epoch == 0:
         tr.train_step()
@@ -216,7 +216,7 @@ def test_pilot_commit_rounds_charge_every_pilot_and_train_what_the_paper_trains(
     assert first["rollouts"] == first["curation/pc_rounds"] * 12 * 4 + first["curation/pc_committed"] * 12
     for _ in range(6):
         rec = tr.train_step()
-        trained = rec["trained_samples"] // 16
+        trained = rec["kept_samples"] // 16
         assert trained == rec["curation/pc_committed"] <= 4 and rec["curation/pc_rounds"] >= 1
         assert rec["rollouts"] == rec["curation/pc_rounds"] * 12 * 4 + trained * 12  # pilots of all, commits
     assert all(0.125 <= float(np.mean(g.rewards[:4] >= 1)) <= 0.75 for g, _ in s.buffer.values())

@@ -198,7 +198,7 @@ class SimPolicy:
         if prompt:
             scores = self.world.score(self.theta, prompt, action, level)
             self._step(np.asarray(coef) @ scores / len(prompt))
-        return {"trained_samples": len(prompt)}
+        return {"kept_samples": len(prompt)}
 
 
 class SimTrainer:
@@ -267,13 +267,13 @@ class SimTrainer:
         self.uncharged_rollouts += out.counters.uncharged_rollouts
         return {"step": self.step, "rollouts": out.counters.rollouts, "total_rollouts": self.rollouts,
                 "effective_prompt_ratio": out.group_metrics()["effective_prompt_ratio"],
-                "trained_samples": out.update["trained_samples"],
+                "kept_samples": out.update["kept_samples"],
                 "mixed_samples": sum(g.size for g in out.trained if g.mixed), "held_out": self.held_out(),
                 **self.curator.metrics()}
 
     def run(self, steps: int) -> SimRunResult:
         result = SimRunResult([{"step": 0, "rollouts": 0, "total_rollouts": 0, "held_out": self.held_out(),
-                                "effective_prompt_ratio": float("nan"), "trained_samples": 0}])
+                                "effective_prompt_ratio": float("nan"), "kept_samples": 0}])
         for _ in range(steps):
             result.records.append(self.train_step())
         result.theta = self.theta.copy()

@@ -195,6 +195,9 @@ class Trainer:
         # ---------------------------------------------------------------- logs and resume
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.step = 0
+        # trained_*: what the loss ran forward and backward on (per step samples_nonzero_adv, chapter 10's
+        # cost_sparse); kept_*: every sample of the groups kept after curation (per step the older key
+        # samples_trained, what a dense trainer such as verl trains on, cost_dense). Logged names, kept as run.
         self.totals = {"rollouts": 0, "generated_tokens": 0, "trained_tokens": 0, "trained_samples": 0,
                        "kept_samples": 0, "kept_tokens": 0,
                        "time/generate": 0.0, "time/train": 0.0, "time/eval": 0.0}
