@@ -214,3 +214,12 @@ def test_compare_names_budget_rollouts_only_when_it_was_passed(runs, capsys):
     err = _one_line_error(capsys, argv + ["--budget-rollouts", "11000"]).strip()
     assert err == ("rlcurate compare: error: --budget-rollouts 11000: the baseline 'uniform' stops short of it in "
                    "seed(s) 1")
+
+
+def test_compare_reads_the_folder_runs_wrote_under_either_name(runs, capsys):
+    """``rlcurate runs --out DIR`` writes the folder that ``compare --runs DIR`` reads; ``compare --out DIR``
+    names the same folder, so the flag that wrote it also reads it."""
+    assert main(["compare", "--suite", str(SUITE), "--runs", str(runs)]) == 0
+    by_runs = capsys.readouterr().out
+    assert main(["compare", "--suite", str(SUITE), "--out", str(runs)]) == 0
+    assert capsys.readouterr().out == by_runs and "insight" in by_runs

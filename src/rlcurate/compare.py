@@ -25,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        description=wrap("The paired comparison of a suite's arms with its baseline at equal compute "
                                         "(chapter 10), or the learning rate each arm takes from a validation sweep."))
     p.add_argument("--suite", required=True, help="suite YAML (configs/suites/NAME.yaml)")
-    p.add_argument("--runs", help="result folder (default data/runs/<suite name>)")
+    p.add_argument("--runs", "--out", dest="runs", metavar="DIR",
+                   help="result folder, the --out of rlcurate runs (default data/runs/<suite name>)")
     p.add_argument("--sweep", action="store_true", help="the suite is a learning-rate sweep: print the chosen rates")
     p.add_argument("--baseline", default="uniform", help="the arm every other arm is compared with")
     p.add_argument("--control", action="append",
