@@ -210,7 +210,7 @@ def run_costs(suite, setup, arm: str, seed: int, lr: float, split: str = "test",
     while tr.rollouts < setup["budget"] and (target is None or rows[-1][3] < target):
         rec = tr.train_step()
         r, k, m, _ = rows[-1]
-        rows.append((rec["total_rollouts"], k + rec["trained_samples"], m + rec["mixed_samples"], rec["held_out"]))
+        rows.append((rec["total_rollouts"], k + rec["kept_samples"], m + rec["mixed_samples"], rec["held_out"]))
     a = np.array(rows, dtype=float)
     out = {"rollouts": a[:, 0], "kept": a[:, 1], "mixed": a[:, 2], "held_out": a[:, 3]}
     if target is not None:
@@ -226,8 +226,11 @@ def run_curve(suite, setup, arm: str, seed: int, lr: float, split: str = "test")
 
 
 def _area(x, y, budget) -> float:
+    """The area (:func:`rlcurate.comparison.curve_mean`) of the curve read at 101 points from 0 to the budget."""
+    from rlcurate.comparison import curve_mean
+
     grid = np.linspace(0, budget, 101)
-    return float(np.trapezoid(np.interp(grid, x, y), grid) / budget)
+    return curve_mean(grid, np.interp(grid, x, y))
 
 
 def _measures(x, y, budget, close_gap) -> dict[str, Any]:
