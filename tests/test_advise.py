@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from rlcurate.advise import _measured_zero_share, _verdict, advise, advise_counts, read_counts, render, sim_prompts
+from rlcurate.advise import _verdict, advise, advise_counts, read_counts, render, sim_prompts
 from rlcurate.cli import main
 from rlcurate.stats import group_mixed_prob
 from rlcurate.stats import mixture
@@ -53,7 +53,7 @@ def test_the_measured_gate_is_the_unbiased_estimate_of_chapter_4():
     _, k, n = piles_and_spread(rng, 200)
     scores = [np.r_[np.ones(ki), np.zeros(ni - ki)] for ki, ni in zip(k, n)]
     for G in (2, 4, 8):
-        assert _measured_zero_share(k, n, G) == pytest.approx(1 - np.mean(group_mixed_prob(scores, G)))
+        assert mixture.measured_zero_variance(k, n, G) == pytest.approx(1 - np.mean(group_mixed_prob(scores, G)))
 
 
 def write_audit(folder: Path, scores: list[list[float]], prefix: str = "p") -> Path:
@@ -81,7 +81,7 @@ def test_advise_reads_an_audit_and_reports_the_gate_measured_then_fitted(tmp_pat
     assert out["prompts"] == 120 and out["runs"] == 8 and out["simulation"] is None
     gate = {row["G"]: row for row in out["gate"]}
     assert [gate[G]["measured"] for G in (2, 4, 8, 16, 32, 64)] == [True, True, True, False, False, False]
-    assert gate[8]["zero_variance"] == pytest.approx(_measured_zero_share(k, n, 8))  # the audit's own share
+    assert gate[8]["zero_variance"] == pytest.approx(mixture.measured_zero_variance(k, n, 8))  # the audit's own share
     assert all(r["low"] <= r["zero_variance"] <= r["high"] for r in out["gate"])
     assert [gate[G]["zero_variance"] for G in (2, 4, 8, 16, 32, 64)] == sorted(
         [gate[G]["zero_variance"] for G in (2, 4, 8, 16, 32, 64)], reverse=True)  # larger groups mix more

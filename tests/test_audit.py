@@ -16,6 +16,7 @@ from rlcurate.audit.runner import CONFIG_FILE, FORMAT, RUNS_FILE, SESSIONS_FILE
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
 from rlcurate.rollout import TransformersEngine
 from rlcurate.stats import fit_beta_prior, pass_at_k_curve
+from rlcurate.stats.mixture import fit_beta_mixture
 
 TASK_KW = {"levels": ["add1", "add2", "mul1"], "n_test": 8}
 
@@ -317,7 +318,9 @@ def test_summary_of_a_known_matrix(tmp_path):
     g = s["gate"]["by_group_size"]
     assert g["3"] == {"share": 3 / 8, "source": "measured"}  # at G = N the measured share is the mixed share
     assert g["2"]["share"] == pytest.approx(np.mean([0, 0, 0, 2 / 3, 2 / 3, 0, 2 / 3, 0]))
-    assert g["6"]["source"] == "prior" and s["advice"]["share_doubled"] == g["6"]["share"]
+    assert g["6"]["source"] == "fit" and s["advice"]["share_doubled"] == g["6"]["share"]
+    fit = fit_beta_mixture(M.sum(1).astype(int), np.full(8, 3))  # the fit and the number rlcurate advise reports
+    assert g["6"]["share"] == pytest.approx(1 - fit.zero_variance(6), rel=1e-9)
     a, b = fit_beta_prior(M.sum(1).astype(int), np.full(8, 3))
     assert s["reliability"]["prior"]["a"] == pytest.approx(a, rel=1e-9)
     assert s["reliability"]["uniform_share_of_truly_mixed"] == pytest.approx(beta_uniform_prob(3, a, b), rel=1e-9)

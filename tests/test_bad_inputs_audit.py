@@ -202,7 +202,14 @@ def test_degenerate_prior_fits_are_reported_as_degenerate(tmp_path, rows, why):
     text = format_summary(s)
     assert "fitted prior: degenerate (" in text and "Beta(" not in text
     assert "uniform_share_of_truly_mixed" not in s["reliability"]
-    assert all(v["source"] != "prior" for v in s["gate"]["by_group_size"].values())
+    # the gate beyond the audit's runs comes from the Beta mixture, which holds piles at 0 and 1 and a spike
+    g = s["gate"]["by_group_size"]
+    assert {v["source"] for k_, v in g.items() if int(k_) > 4} == {"fit"}
+    assert all(0.0 <= v["share"] <= 1.0 for v in g.values())
+    if why == "pile up at 0 and 1":  # nothing between the piles: no larger group mixes
+        assert g["8"]["share"] < 0.01
+    else:  # p near 0.25 for every prompt: 1 - 0.75^8 - 0.25^8 of the groups of 8 mix
+        assert g["8"]["share"] == pytest.approx(1 - 0.75**8 - 0.25**8, abs=0.05)
 
 
 def test_the_advice_is_keyed_on_the_gate_and_the_group_size(tmp_path, capsys):

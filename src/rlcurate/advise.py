@@ -43,7 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlcurate.errors import UserError
-from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture
+from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture, measured_zero_variance
 
 __all__ = ["Advice", "advise", "never_solved_share", "read_counts", "gate_table", "simulate", "render", "plot", "main",
            "advise_counts", "sim_prompts", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
@@ -213,19 +213,13 @@ def _bootstrap_fits(k, n, fit: BetaMixture, boots: int, rng: np.random.Generator
     return out
 
 
-def _measured_zero_share(k, n, G: int) -> float:
-    from scipy.special import comb
-
-    return float(np.mean((comb(k, G) + comb(n - k, G)) / comb(n, G)))
-
-
 def gate_table(k, n, fit: BetaMixture, boots, sizes: Sequence[int] = GROUP_SIZES) -> list[dict[str, Any]]:
     """Per group size G: the share of zero-variance groups with a 95 % bootstrap interval, measured where
     every prompt has G or more runs and extrapolated by the fit beyond, and mixed groups per 1,000 rollouts."""
     rows = []
     for G in sizes:
         measured = G <= int(n.min())
-        est = (lambda kk, nn, f: _measured_zero_share(kk, nn, G)) if measured else (lambda kk, nn, f: f.zero_variance(G))
+        est = (lambda kk, nn, f: measured_zero_variance(kk, nn, G)) if measured else (lambda kk, nn, f: f.zero_variance(G))
         z = est(k, n, fit)
         zb = np.array([est(k[idx], n[idx], f) for idx, f in boots])
         lo, hi = np.quantile(zb, [0.025, 0.975])

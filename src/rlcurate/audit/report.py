@@ -161,9 +161,9 @@ def format_summary(summary: dict) -> str:
     if a is not None:
         g = summary["gate"]["by_group_size"]
         parts = {src: [f"G={k_} {v_['share']:.3f}" for k_, v_ in g.items() if v_["source"] == src]
-                 for src in ("measured", "prior")}
+                 for src in ("measured", "fit")}
         lines.append("  mixed groups by group size G: " + "; ".join(
-            f"{', '.join(p)} ({'measured' if src == 'measured' else 'fitted prior'})"
+            f"{', '.join(p)} ({'measured' if src == 'measured' else 'Beta-mixture fit'})"
             for src, p in parts.items() if p))
         lines.append(f"  advice: {a['text']}")
     elif not v["data_advice"]:

@@ -17,7 +17,8 @@
   the data;
 * the verdict on the mixed share, which says when its interval straddles :data:`SCARCE_MIXED_SHARE`;
 * the gate by group size, the share of prompts whose group of G rollouts is mixed (measured for
-  G <= N, from the fitted prior beyond), and what doubling the group would buy. Chapter 4 shows that
+  G <= N, extrapolated beyond by the Beta-mixture fit that ``rlcurate advise`` uses,
+  :mod:`rlcurate.stats.mixture`), and what doubling the group would buy. Chapter 4 shows that
   the recipe's multiplier rule, keyed on the mixed share alone, is not well defined; the summary
   does not use it.
 
@@ -34,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy import special
 from scipy import stats as _sps
 
 from rlcurate.audit.config import AuditError
 from rlcurate.audit.store import RUNS_FILE, SESSIONS_FILE, read_config, read_runs
+from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture
 from rlcurate.stats import (
     category_counts,
     categorize,
@@ -172,11 +173,9 @@ def load_audit(out_dir) -> Audit:
 
 def beta_uniform_prob(n, a: float, b: float):
     """E[p^n + (1-p)^n] for p ~ Beta(a, b) (chapter 4): the chance that a prompt drawn from the prior
-    agrees on all n runs, = [B(a+n, b) + B(a, b+n)] / B(a, b)."""
-    n = np.asarray(n, dtype=float)
-    base = special.betaln(a, b)
-    out = np.exp(special.betaln(a + n, b) - base) + np.exp(special.betaln(a, b + n) - base)
-    return float(out) if out.ndim == 0 else out
+    agrees on all n runs, = [B(a+n, b) + B(a, b+n)] / B(a, b); the one-component case of
+    :meth:`BetaMixture.zero_variance <rlcurate.stats.mixture.BetaMixture.zero_variance>`."""
+    return BetaMixture(np.ones(1), np.array([float(a)]), np.array([float(b)])).zero_variance(n)
 
 
 def _round(x, nd=12):
@@ -252,14 +251,12 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
             prior = (a, b)
             h_wrong = hidden_signal_prob(N, False, extra_runs, prior)
             h_right = hidden_signal_prob(N, True, extra_runs, prior)
-            n_grid = [2, 3, 4, 5, 8, 16, 32, 64]
             reliability.update({
                 # share of prompts from the fitted prior (all of them truly mixed, 0 < p < 1) that look
                 # uniform in N runs, E[p^N + (1-p)^N]
                 "uniform_share_of_truly_mixed": beta_uniform_prob(N, a, b),
                 "hidden_signal": {"always_wrong": h_wrong, "always_right": h_right},
                 "expected_hidden_mixed": counts["always_wrong"] * h_wrong + counts["always_right"] * h_right,
-                "predicted_mixed_share": {str(g): float(1 - beta_uniform_prob(g, a, b)) for g in n_grid},
             })
     else:
         reliability["prior"] = None  # one run, or every sample has the same pass rate: no spread to fit
@@ -278,9 +275,11 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
                   "failed_share": float((hit & failed).mean()), "max_new_tokens": cfg.get("max_new_tokens")}
 
     G = int(group_size or N)
-    gate = None if N < 2 else _gate_by_group_size(scores, int(trials.min()), prior, G)
+    spread = len(np.unique(k / trials)) > 1
+    fit = fit_beta_mixture(k, trials) if N >= 2 and spread else None
+    gate = None if N < 2 else _gate_by_group_size(scores, int(trials.min()), fit, G)
     verdict = _verdict(N, counts, mixed, reward_errors, truncation, total)
-    advice = _advice(gate, G, prior, reliability) if verdict["data_advice"] else None
+    advice = _advice(gate, G) if verdict["data_advice"] else None
 
     tokens = np.concatenate(audit.n_tokens)
     hist = {str(j): int((k == j).sum()) for j in range(N + 1)} if (trials == N).all() else None
@@ -321,16 +320,17 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
     return _round(summary)
 
 
-def _gate_by_group_size(scores, shortest: int, prior, G: int) -> dict:
+def _gate_by_group_size(scores, shortest: int, fit: BetaMixture | None, G: int) -> dict:
     """The share of prompts whose group of g rollouts is mixed, for g in :data:`GROUP_SIZES` and G, 2G:
     measured without bias from the runs for g <= N (:func:`~rlcurate.stats.group_mixed_prob`),
-    from the fitted Beta prior beyond (1 - E[p^g + (1-p)^g]), ``None`` where there is no usable prior."""
+    extrapolated beyond by the Beta-mixture fit (1 - E[p^g + (1-p)^g], the same fit and numbers as
+    ``rlcurate advise``), ``None`` where every sample has the same pass rate and there is no shape to fit."""
     out = {}
     for g in sorted({*GROUP_SIZES, G, 2 * G}):
         if g <= shortest:
             out[str(g)] = {"share": float(group_mixed_prob(scores, g).mean()), "source": "measured"}
-        elif prior is not None:
-            out[str(g)] = {"share": float(1 - beta_uniform_prob(g, *prior)), "source": "prior"}
+        elif fit is not None:
+            out[str(g)] = {"share": float(1 - fit.zero_variance(g)), "source": "fit"}
         else:
             out[str(g)] = {"share": None, "source": None}
     return {"group_size": G, "by_group_size": out}
@@ -378,7 +378,7 @@ def _verdict(N: int, counts: dict, mixed: dict, errors: dict, truncation: dict, 
     return {"code": code, "problems": [], "data_advice": True, "text": text}
 
 
-def _advice(gate: dict | None, G: int, prior, reliability: dict) -> dict | None:
+def _advice(gate: dict | None, G: int) -> dict | None:
     """What doubling the group from G to 2G would buy, keyed on the gate (chapter 4): the share of
     prompts with a mixed group at G and 2G, and mixed prompts per 100 rollouts, which never grow
     with G (chapter 1)."""
@@ -387,25 +387,22 @@ def _advice(gate: dict | None, G: int, prior, reliability: dict) -> dict | None:
     now, doubled = gate["by_group_size"][str(G)], gate["by_group_size"][str(2 * G)]
     out = {"group_size": G, "doubled": 2 * G, "share": now["share"], "share_doubled": doubled["share"],
            "source": now["source"], "source_doubled": doubled["source"]}
+    no_shape = "every sample has the same pass rate, so there is no shape to extrapolate"
     if now["share"] is None:
-        why = (reliability.get("prior") or {}).get("degenerate") or "every sample has the same pass rate"
-        out["text"] = (f"no prediction for groups of {G} (more than the audit's runs): the fitted prior is "
-                       f"degenerate ({why}); audit with --runs {G} to measure it")
+        out["text"] = f"no prediction for groups of {G} (more than the audit's runs): {no_shape}; audit with --runs {G} to measure it"
         return out
     per, per2 = 100 * now["share"] / G, None if doubled["share"] is None else 100 * doubled["share"] / (2 * G)
     out.update(per_100_rollouts=per, per_100_rollouts_doubled=per2)
-    head = f"groups of {G} rollouts: {_pct(now['share'])} of the prompts mixed ({now['source']})"
+    source = {"measured": "measured", "fit": "extrapolated by the Beta-mixture fit"}
+    head = f"groups of {G} rollouts: {_pct(now['share'])} of the prompts mixed ({source[now['source']]})"
     if doubled["share"] is None:
-        why = (reliability.get("prior") or {}).get("degenerate") or "every sample has the same pass rate"
-        out["text"] = (f"{head}; larger groups cannot be predicted, the fitted prior is degenerate ({why}): "
-                       "re-audit the uniform prompts with more runs to see whether they hide signal (chapter 4)")
+        out["text"] = (f"{head}; larger groups cannot be predicted: {no_shape}; re-audit the uniform prompts with "
+                       "more runs to see whether they hide signal (chapter 4)")
         return out
-    source = ("measured" if doubled["source"] == "measured" else
-              "fitted prior, which cannot represent never-solved prompts")
-    out["text"] = (f"{head}; groups of {2 * G} would make {_pct(doubled['share'])} mixed ({source}) at twice the "
-                   f"rollouts, and mixed prompts per 100 rollouts go from {per:.1f} to {per2:.1f}. More rollouts per "
-                   "prompt pay only when prompts, not rollouts, are scarce; prompts truly always right or wrong need "
-                   "other data or hints (chapter 7)")
+    out["text"] = (f"{head}; groups of {2 * G} would make {_pct(doubled['share'])} mixed ({source[doubled['source']]}) "
+                   f"at twice the rollouts, and mixed prompts per 100 rollouts go from {per:.1f} to {per2:.1f}. More "
+                   "rollouts per prompt pay only when prompts, not rollouts, are scarce; prompts truly always right or "
+                   "wrong need other data or hints (chapter 7)")
     return out
 
 

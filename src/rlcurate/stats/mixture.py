@@ -11,8 +11,9 @@ with K = 1, 2 or 3 chosen by BIC. One Beta cannot hold a pool whose prompts pile
 and spread between (the usual shape of an LLM pool, chapter 1); three can.
 
 What n runs identify: the first n moments of the distribution, so the share of zero-variance groups
-E[p^G + (1 - p)^G] is *measured* for G <= n (:func:`rlcurate.stats.group_mixed_prob` is its unbiased
-estimate) and *extrapolated* by the fitted shape for G > n. :mod:`rlcurate.advise` says which is which.
+E[p^G + (1 - p)^G] is *measured* for G <= n (:func:`measured_zero_variance` is its unbiased estimate)
+and *extrapolated* by the fitted shape for G > n (:meth:`BetaMixture.zero_variance`). The audit's summary
+and :mod:`rlcurate.advise` both read it this way, and say which is which.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from scipy import optimize, special
 
 from rlcurate._validate import as_int_array
 
-__all__ = ["BetaMixture", "fit_beta_mixture", "count_table"]
+__all__ = ["BetaMixture", "fit_beta_mixture", "count_table", "measured_zero_variance"]
 
 LOG_SHAPE_BOUNDS = (-7.0, 7.0)
 """log a and log b of every component lie here: a shape of 1e-3 is a pile at 0 or 1, 1e3 a spike."""
@@ -74,6 +75,17 @@ class BetaMixture:
 
     def to_dict(self) -> dict:
         return {"weights": self.w.tolist(), "a": self.a.tolist(), "b": self.b.tolist(), "loglik": self.loglik}
+
+
+def measured_zero_variance(successes, trials, G: int) -> float:
+    """The share of groups of G rollouts that all get the same reward, measured without a model where every
+    prompt has G or more runs: the mean over prompts of [C(k, G) + C(n - k, G)] / C(n, G), whose expectation
+    is E[p^G + (1 - p)^G] (drawing G of a prompt's n runs without replacement; chapter 4)."""
+    k = as_int_array(successes, "successes", minimum=0)
+    n = as_int_array(trials, "trials", minimum=1)
+    if G > int(n.min()):
+        raise ValueError(f"G={G} exceeds the {int(n.min())} runs of the shortest prompt; extrapolate with a fit")
+    return float(np.mean((special.comb(k, G) + special.comb(n - k, G)) / special.comb(n, G)))
 
 
 def count_table(successes, trials) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
