@@ -342,3 +342,22 @@ def test_a_pool_smaller_than_the_smallest_simulated_world_is_warned(monkeypatch)
     assert any(w.startswith("a pool of 5 prompts is simulated by 28 training prompts") for w in small.warnings)
     assert not any("simulated by" in w for w in advise_counts(k, np.full(k.size, 8), pool=28, seeds=2,
                                                               boots=20).warnings)
+
+
+def test_the_audit_summary_reports_advises_gate(tmp_path, capsys):
+    """One gate: the audit summary's shares (measured, then the Beta-mixture fit) are 1 minus advise's
+    zero-variance shares, read from the same prompts, also when an unfinished audit has prompts with one run."""
+    from rlcurate.audit.summary import summarize
+
+    rng = np.random.default_rng(5)
+    _, k, n = piles_and_spread(rng, 120)
+    rows = [[1.0] * ki + [0.0] * (8 - ki) for ki in k]
+    rows[:7] = [r[:1] for r in rows[:7]]  # an unfinished audit: seven prompts with one run so far
+    audit = write_audit(tmp_path / "audit", rows)
+    assert main(["advise", str(audit), "--no-sim", "--json"]) == 0
+    advised = {row["G"]: row for row in json.loads(capsys.readouterr().out)["gate"]}
+    gate = summarize(audit)["gate"]["by_group_size"]
+    for G, row in advised.items():
+        assert gate[str(G)]["share"] == pytest.approx(1 - row["zero_variance"], abs=1e-9)
+        assert gate[str(G)]["source"] == ("measured" if row["measured"] else "fit")
+    assert gate["8"]["source"] == "measured"  # the one-run prompts do not pull the measured range down to G = 1

@@ -202,14 +202,27 @@ def test_degenerate_prior_fits_are_reported_as_degenerate(tmp_path, rows, why):
     text = format_summary(s)
     assert "fitted prior: degenerate (" in text and "Beta(" not in text
     assert "uniform_share_of_truly_mixed" not in s["reliability"]
-    # the gate beyond the audit's runs comes from the Beta mixture, which holds piles at 0 and 1 and a spike
+    # the gate beyond the audit's runs comes from the Beta mixture (rlcurate advise's fit), which a degenerate
+    # single Beta does not stop; with no mixed prompt at all there is nothing between 0 and 1 to fit
     g = s["gate"]["by_group_size"]
-    assert {v["source"] for k_, v in g.items() if int(k_) > 4} == {"fit"}
-    assert all(0.0 <= v["share"] <= 1.0 for v in g.values())
-    if why == "pile up at 0 and 1":  # nothing between the piles: no larger group mixes
-        assert g["8"]["share"] < 0.01
+    if why == "pile up at 0 and 1":
+        assert {v["source"] for k_, v in g.items() if int(k_) > 4} == {None} and "disagree" in s["gate"]["no_fit"]
+        assert "re-audit the uniform prompts" in s["advice"]["text"]
     else:  # p near 0.25 for every prompt: 1 - 0.75^8 - 0.25^8 of the groups of 8 mix
+        assert {v["source"] for k_, v in g.items() if int(k_) > 4} == {"fit"} and s["gate"]["no_fit"] is None
         assert g["8"]["share"] == pytest.approx(1 - 0.75**8 - 0.25**8, abs=0.05)
+        assert "(Beta-mixture fit)" in text
+
+
+def test_graded_scores_are_measured_but_not_extrapolated(tmp_path):
+    """The mixture models pass/fail rewards; with graded scores the gate is measured up to the audit's runs (two
+    different scores open it) and not extrapolated beyond, and the advice says why."""
+    rows = [[1, 0.5, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [0.5, 0.5, 0, 1]] * 6
+    fake_audit(tmp_path, rows)
+    s = summarize(tmp_path)
+    g = s["gate"]["by_group_size"]
+    assert g["4"] == {"share": 0.5, "source": "measured"} and g["8"] == {"share": None, "source": None}
+    assert "graded" in s["gate"]["no_fit"] and "graded" in s["advice"]["text"]
 
 
 def test_the_advice_is_keyed_on_the_gate_and_the_group_size(tmp_path, capsys):

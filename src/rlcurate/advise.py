@@ -43,16 +43,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlcurate.errors import UserError
-from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture, measured_zero_variance
+from rlcurate.stats import mixture
+from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture, gate_counts, measured_zero_variance
 
 __all__ = ["Advice", "advise", "never_solved_share", "read_counts", "gate_table", "simulate", "render", "plot", "main",
            "advise_counts", "sim_prompts", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
 
-GROUP_SIZES = (2, 4, 8, 16, 32, 64)
+GROUP_SIZES = mixture.GROUP_SIZES
 SIM_GROUP_SIZES = (2, 4, 8, 16, 32)
 """Group sizes the simulation compares at its 128 rollouts per step."""
 MIN_PROMPTS = 20
-MIN_RUNS = 2
+MIN_RUNS = mixture.MIN_RUNS  # the runs a prompt needs to enter the fit (rlcurate.stats.mixture.gate_counts)
 SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
 """The conditions map's world (configs/suites/conditions_sim.yaml) less its pass rates."""
 SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
@@ -149,15 +150,14 @@ def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
     if n.max() < MIN_RUNS:
         raise UserError(f"{folder}: {n.max()} run per prompt; a pass rate cannot be told from luck in one run: "
                         f"audit with --runs 8 ({MIN_RUNS} at the least)")
-    keep = n >= MIN_RUNS
-    k = np.array([int(s.sum()) for s in audit.scores])[keep]
-    n = n[keep]
+    k, n = gate_counts(np.array([int(s.sum()) for s in audit.scores]), n)  # prompts with MIN_RUNS or more runs
+    dropped = len(audit.scores) - k.size
     if k.size < MIN_PROMPTS:
         raise UserError(f"{folder}: {k.size} prompt{'' if k.size == 1 else 's'} with {MIN_RUNS} or more runs; advise "
                         f"needs at least {MIN_PROMPTS} to fit a distribution")
     warnings = []
-    if (~keep).any():
-        warnings.append(f"{int((~keep).sum())} prompts with fewer than {MIN_RUNS} runs left out")
+    if dropped:
+        warnings.append(f"{dropped} prompts with fewer than {MIN_RUNS} runs left out")
     runs = sum(s.size for s in audit.scores)
     if not audit.complete:
         warnings.append(f"the audit is unfinished: {runs} of {audit.n_samples * int(audit.config['runs'])} runs "

@@ -93,6 +93,8 @@ def curve_mean(x, y) -> float:
     """The mean of a piecewise-linear curve through the points (x, y) over [x[0], x[-1]] (trapezoid rule):
     the area under the curve, the book's one definition of it (chapters 10 and 11)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.size < 2 or not x[-1] > x[0]:
+        raise ValueError(f"a curve's mean needs two or more points spanning an interval, got x = {x.tolist()[:5]}")
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
 
 
@@ -130,13 +132,8 @@ def _spent(result: Mapping[str, Any], recs: Sequence[Mapping[str, Any]], currenc
     def total(key: str) -> np.ndarray:
         return np.array([r.get(key, 0) for r in recs], dtype=float)
 
-    if currency == "cost_sparse":
-        return total("total/rollouts") + rho * total("total/trained_samples")
-    if currency == "cost_dense":
-        return total("total/rollouts") + rho * total("total/kept_samples")
-    if currency == "tokens":
-        return total("total/generated_tokens") + total("total/trained_tokens")
-    return total(keys[0])
+    weight = rho if currency.startswith("cost_") else 1.0  # the cost currencies price the second total at rho
+    return total(keys[0]) + sum(weight * total(k) for k in keys[1:])
 
 
 def cost(result: Mapping[str, Any], currency: str, rho: float = 1.0, key: str = "eval/accuracy") -> tuple[np.ndarray, np.ndarray]:

@@ -149,7 +149,7 @@ def format_summary(summary: dict) -> str:
                  f"({100 * t['share']:.1f}%), {t['failed_runs']} of them failed")
     prior = r.get("prior")
     if prior and prior.get("degenerate"):
-        lines.append(f"  fitted prior: degenerate ({prior['degenerate']}); no estimate from it")
+        lines.append(f"  fitted prior: degenerate ({prior['degenerate']}); no hidden-signal estimate from it")
     elif prior:
         lines.append(
             f"  fitted prior Beta({prior['a']:.3f}, {prior['b']:.3f}): "

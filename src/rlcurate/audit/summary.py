@@ -39,7 +39,7 @@ from scipy import stats as _sps
 
 from rlcurate.audit.config import AuditError
 from rlcurate.audit.store import RUNS_FILE, SESSIONS_FILE, read_config, read_runs
-from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture
+from rlcurate.stats.mixture import GROUP_SIZES, BetaMixture, fit_beta_mixture, gate_counts
 from rlcurate.stats import (
     category_counts,
     categorize,
@@ -69,8 +69,6 @@ limit and still succeeded was not hurt by it, so truncation counts only failed r
 SCARCE_MIXED_SHARE = 0.10
 """Below this share of mixed prompts, groups of N rollouts learn from few prompts of the data set;
 the verdict says so, or that it cannot tell when the interval of the share straddles it."""
-GROUP_SIZES = (2, 4, 8, 16, 32, 64)
-"""Group sizes at which the summary reports the share of prompts with a mixed group."""
 REWARD_ERROR_PREFIXES = ("reward error", "verifier error", "verifier returned")
 """Reasons of failed reward functions in audits written before runs carried ``reward_error``."""
 
@@ -275,9 +273,7 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
                   "failed_share": float((hit & failed).mean()), "max_new_tokens": cfg.get("max_new_tokens")}
 
     G = int(group_size or N)
-    spread = len(np.unique(k / trials)) > 1
-    fit = fit_beta_mixture(k, trials) if N >= 2 and spread else None
-    gate = None if N < 2 else _gate_by_group_size(scores, int(trials.min()), fit, G)
+    gate = None if N < 2 else _gate_by_group_size(scores, k, trials, binary, G)
     verdict = _verdict(N, counts, mixed, reward_errors, truncation, total)
     advice = _advice(gate, G) if verdict["data_advice"] else None
 
@@ -320,20 +316,31 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
     return _round(summary)
 
 
-def _gate_by_group_size(scores, shortest: int, fit: BetaMixture | None, G: int) -> dict:
-    """The share of prompts whose group of g rollouts is mixed, for g in :data:`GROUP_SIZES` and G, 2G:
-    measured without bias from the runs for g <= N (:func:`~rlcurate.stats.group_mixed_prob`),
-    extrapolated beyond by the Beta-mixture fit (1 - E[p^g + (1-p)^g], the same fit and numbers as
-    ``rlcurate advise``), ``None`` where every sample has the same pass rate and there is no shape to fit."""
+def _gate_by_group_size(scores, k, trials, binary: bool, G: int) -> dict:
+    """The share of prompts whose group of g rollouts is mixed, for g in :data:`GROUP_SIZES` and G, 2G, read
+    from the prompts with 2 or more runs (:func:`~rlcurate.stats.mixture.gate_counts`, as ``rlcurate advise``
+    reads them): measured without bias for g up to their fewest runs (:func:`~rlcurate.stats.group_mixed_prob`),
+    extrapolated beyond by the Beta-mixture fit that advise uses (1 - E[p^g + (1-p)^g]), so the two report the
+    same numbers. No extrapolation (``share`` None, ``why`` says) for graded scores, which the pass/fail fit
+    does not model, or when no prompt's runs disagree, which leaves nothing between 0 and 1 to fit."""
+    kg, ng = gate_counts(k, trials)
+    rows = [s for s in scores if s.size >= 2]
+    why = None
+    if not binary:
+        why = "the scores are graded and the fit models pass/fail rewards"
+    elif not ((kg > 0) & (kg < ng)).any():
+        why = "no prompt's runs disagree, so there is nothing between 0 and 1 to extrapolate from"
+    fit = fit_beta_mixture(kg, ng) if why is None else None
+    shortest = int(ng.min()) if ng.size else 0
     out = {}
     for g in sorted({*GROUP_SIZES, G, 2 * G}):
         if g <= shortest:
-            out[str(g)] = {"share": float(group_mixed_prob(scores, g).mean()), "source": "measured"}
+            out[str(g)] = {"share": float(group_mixed_prob(rows, g).mean()), "source": "measured"}
         elif fit is not None:
             out[str(g)] = {"share": float(1 - fit.zero_variance(g)), "source": "fit"}
         else:
             out[str(g)] = {"share": None, "source": None}
-    return {"group_size": G, "by_group_size": out}
+    return {"group_size": G, "by_group_size": out, "no_fit": why}
 
 
 def _verdict(N: int, counts: dict, mixed: dict, errors: dict, truncation: dict, total: int) -> dict:
@@ -387,7 +394,7 @@ def _advice(gate: dict | None, G: int) -> dict | None:
     now, doubled = gate["by_group_size"][str(G)], gate["by_group_size"][str(2 * G)]
     out = {"group_size": G, "doubled": 2 * G, "share": now["share"], "share_doubled": doubled["share"],
            "source": now["source"], "source_doubled": doubled["source"]}
-    no_shape = "every sample has the same pass rate, so there is no shape to extrapolate"
+    no_shape = gate.get("no_fit") or "there is no fit to extrapolate with"
     if now["share"] is None:
         out["text"] = f"no prediction for groups of {G} (more than the audit's runs): {no_shape}; audit with --runs {G} to measure it"
         return out

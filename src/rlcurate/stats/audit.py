@@ -10,8 +10,9 @@ zero-variance verdict is: a prompt with pass rate p looks zero-variance in n run
 
 What the audit says about group sizes is keyed on the gate u(p, G) = 1 - p^G - (1-p)^G of chapter 1:
 :func:`group_mixed_prob` estimates, without bias, the share of prompts whose group of G <= n
-rollouts is mixed, and a Beta prior (:func:`fit_beta_prior`, checked by :func:`prior_degeneracy`)
-extrapolates it to larger G. The share-only multiplier rule of the published recipe
+rollouts is mixed; a Beta-mixture fit of the pass rates (:mod:`rlcurate.stats.mixture`) extrapolates
+it to larger G. A single Beta prior (:func:`fit_beta_prior`, checked by :func:`prior_degeneracy`) gives
+the chance that a uniform-looking prompt hides signal. The share-only multiplier rule of the published recipe
 (:func:`recipe_multiplier_rule`) is kept only so that chapter 4 can show why it is not well defined.
 """
 
@@ -249,11 +250,16 @@ def group_mixed_prob(scores, G: int) -> np.ndarray:
     if G > short:
         raise ValueError(f"G={G} exceeds the {short} runs of the shortest sample; it cannot be estimated "
                          "without a model of the pass rates")
-    out = np.empty(len(rows))
-    for i, r in enumerate(rows):
-        _, n_v = np.unique(r, return_counts=True)
-        out[i] = 1.0 - float(special.comb(n_v, G).sum() / special.comb(r.size, G))
+    out = np.array([1.0 - same_value_prob(np.unique(r, return_counts=True)[1], G) for r in rows])
     return np.clip(out, 0.0, 1.0)
+
+
+def same_value_prob(value_counts, G: int) -> float:
+    """For one prompt whose n runs take distinct values with counts n_v: the chance that G of them, drawn
+    without replacement, all have the same value, sum_v C(n_v, G) / C(n, G) (chapter 4). For 0/1 scores,
+    [C(k, G) + C(n - k, G)] / C(n, G), an unbiased estimate of p^G + (1 - p)^G."""
+    n_v = np.asarray(value_counts)
+    return float(special.comb(n_v, G).sum() / special.comb(n_v.sum(), G))
 
 
 def threshold_side(low: float, high: float, threshold: float) -> str:

@@ -23,9 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from rlcurate._validate import as_int_array
+from rlcurate._validate import as_int, as_int_array
 
-__all__ = ["BetaMixture", "fit_beta_mixture", "count_table", "measured_zero_variance"]
+__all__ = ["BetaMixture", "fit_beta_mixture", "count_table", "measured_zero_variance", "gate_counts"]
+
+GROUP_SIZES = (2, 4, 8, 16, 32, 64)
+"""The group sizes of a gate table (the audit summary's and ``rlcurate advise``'s)."""
+MIN_RUNS = 2
+"""Prompts with fewer runs cannot show a mixed group; :func:`gate_counts` leaves them out."""
 
 LOG_SHAPE_BOUNDS = (-7.0, 7.0)
 """log a and log b of every component lie here: a shape of 1e-3 is a pile at 0 or 1, 1e3 a spike."""
@@ -81,11 +86,22 @@ def measured_zero_variance(successes, trials, G: int) -> float:
     """The share of groups of G rollouts that all get the same reward, measured without a model where every
     prompt has G or more runs: the mean over prompts of [C(k, G) + C(n - k, G)] / C(n, G), whose expectation
     is E[p^G + (1 - p)^G] (drawing G of a prompt's n runs without replacement; chapter 4)."""
-    k = as_int_array(successes, "successes", minimum=0)
-    n = as_int_array(trials, "trials", minimum=1)
+    from rlcurate.stats.audit import same_value_prob
+
+    k, n, c = count_table(successes, trials)
+    G = as_int(G, "G", minimum=1)
     if G > int(n.min()):
         raise ValueError(f"G={G} exceeds the {int(n.min())} runs of the shortest prompt; extrapolate with a fit")
-    return float(np.mean((special.comb(k, G) + special.comb(n - k, G)) / special.comb(n, G)))
+    return float(sum(ci * same_value_prob([ki, ni - ki], G) for ki, ni, ci in zip(k, n, c)) / c.sum())
+
+
+def gate_counts(successes, trials) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts a gate table is read from: those with :data:`MIN_RUNS` or more runs, as the audit summary
+    and ``rlcurate advise`` both select them."""
+    k = as_int_array(successes, "successes", minimum=0)
+    n = as_int_array(trials, "trials", minimum=1)
+    keep = n >= MIN_RUNS
+    return k[keep], n[keep]
 
 
 def count_table(successes, trials) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
