@@ -72,7 +72,7 @@ def check(records):
         assert all(orders[a]["low"] < 0 < orders[a]["high"] for a in ("dapo", "ada_seq_n4")), orders
     # the replication on seeds 8-15 (suite protocol_rho_replication, declared): (a) and (c) replicate, (b) does not;
     # its fresh A/A order covers zero; pooled over 16 seeds Ada-Seq (n = 4) is ahead at rho 4 and 5 (the text's
-    # descriptive reading, tested by protocol_rho_high) and DAPO level
+    # descriptive reading, tested by protocol_rho_high below) and DAPO level
     rep = records.get("replication_primary")
     if rep:
         assert records["replication_verdicts"] == {"(a) no sampler ahead": True, "(b) ada_seq_n8 behind": False,
@@ -82,6 +82,16 @@ def check(records):
         assert all(pooled[k]["ada_seq_n4"]["low"] > 0 and pooled[k]["ada_seq_n4"]["p_holm"] < 0.05 for k in ("4", "5")), pooled
         assert all(pooled[k]["dapo"]["low"] < 0 < pooled[k]["dapo"]["high"] for k in ("2.79", "4", "5")), pooled
         assert all(r["seeds"] == 16 for t in pooled.values() for r in t.values())
+    # the declared test of that reading on seeds 16-31 (suite protocol_rho_high): Ada-Seq (n = 4) ahead at rho 5 with
+    # p < 0.05, its fresh A/A order covering zero; pooled over 32 seeds ahead at 4 and 5, the pooled A/A covering zero
+    high = records.get("rho_high_primary")
+    if high:
+        n4, aa = high["ada_seq_n4"], high["uniform_order4_aa"]
+        assert records["rho_high_confirmed"] is True and n4["low"] > 0 and n4["p"] < 0.05 and n4["seeds"] == 16
+        assert aa["low"] < 0 < aa["high"] and _interval_ok(n4)
+        p32 = records["rho_pooled32"]
+        assert all(p32[k]["ada_seq_n4"]["low"] > 0 and p32[k]["ada_seq_n4"]["seeds"] == 32 for k in ("4", "5")), p32
+        assert all(p32[k]["A/A"]["low"] < 0 < p32[k]["A/A"]["high"] for k in p32), p32
     filtered_steps = records.get("filtered_equal_steps")
     if filtered_steps:
         assert all(r["low"] < 0 < r["high"] for r in filtered_steps.values()), filtered_steps
