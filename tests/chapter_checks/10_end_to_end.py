@@ -92,6 +92,14 @@ def check(records):
         p32 = records["rho_pooled32"]
         assert all(p32[k]["ada_seq_n4"]["low"] > 0 and p32[k]["ada_seq_n4"]["seeds"] == 32 for k in ("4", "5")), p32
         assert all(p32[k]["A/A"]["low"] < 0 < p32[k]["A/A"]["high"] for k in p32), p32
+    # what a dense trainer should do (suite protocol_rho_sparse_uniform, declared): uniform GRPO that skips
+    # zero-advantage rollouts is level with densely trained Ada-Seq at the rho = 5 budget; the long runs repeat
+    # protocol_rho_high's uniform runs up to 12,800 rollouts
+    su = records.get("sparse_uniform_primary")
+    if su:
+        assert su["pairing"] is True and su["seeds"] == 16 and _interval_ok(su)
+        assert su["low"] < 0 < su["high"] and su["p"] > 0.05, su
+        assert all(_interval_ok(r) for r in records["sparse_uniform_readings"].values())
     filtered_steps = records.get("filtered_equal_steps")
     if filtered_steps:
         assert all(r["low"] < 0 < r["high"] for r in filtered_steps.values()), filtered_steps
