@@ -89,13 +89,15 @@ def at_budget(curve: GridCurve, budget: float) -> float:
     return float(curve.value[hit[0]])
 
 
-def curve_mean(x, y) -> float:
+def curve_mean(x, y):
     """The mean of a piecewise-linear curve through the points (x, y) over [x[0], x[-1]] (trapezoid rule):
-    the area under the curve, the book's one definition of it (chapters 10 and 11)."""
+    the area under the curve, the book's one definition of it (chapters 10 and 11). ``y`` may hold several
+    curves on the same ``x`` along its last axis (then an array, one mean per curve)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or x.size < 2 or not x[-1] > x[0]:
+    if x.ndim != 1 or y.shape[-1:] != x.shape or x.size < 2 or not x[-1] > x[0]:
         raise ValueError(f"a curve's mean needs two or more points spanning an interval, got x = {x.tolist()[:5]}")
-    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+    out = np.sum((x[1:] - x[:-1]) * (y[..., 1:] + y[..., :-1]) / 2, axis=-1) / (x[-1] - x[0])
+    return float(out) if out.ndim == 0 else out
 
 
 def area(curve: GridCurve, budget: float) -> float:
@@ -297,9 +299,7 @@ def coverage(n_seeds: int = 8, reps: int = 2000, level: float = 0.95, effect: fl
     arm = 0.7 * (1 - np.exp(-grid / tau_a))
 
     def read(curves):
-        if measure == "final":
-            return curves[..., -1]
-        return np.apply_along_axis(lambda c: curve_mean(grid, c), -1, curves)
+        return curves[..., -1] if measure == "final" else curve_mean(grid, curves)
 
     truth = float(read(arm) - read(base))
     hits = 0

@@ -39,7 +39,7 @@ from scipy import stats as _sps
 
 from rlcurate.audit.config import AuditError
 from rlcurate.audit.store import RUNS_FILE, SESSIONS_FILE, read_config, read_runs
-from rlcurate.stats.mixture import GROUP_SIZES, BetaMixture, fit_beta_mixture, gate_counts
+from rlcurate.stats.mixture import GROUP_SIZES, MIN_RUNS, BetaMixture, fit_beta_mixture, gate_counts
 from rlcurate.stats import (
     category_counts,
     categorize,
@@ -318,13 +318,13 @@ def summarize(audit, extra_runs: int = 4, level: float = 0.95, miss: float = 0.0
 
 def _gate_by_group_size(scores, k, trials, binary: bool, G: int) -> dict:
     """The share of prompts whose group of g rollouts is mixed, for g in :data:`GROUP_SIZES` and G, 2G, read
-    from the prompts with 2 or more runs (:func:`~rlcurate.stats.mixture.gate_counts`, as ``rlcurate advise``
+    from the prompts with :data:`~rlcurate.stats.mixture.MIN_RUNS` or more runs (:func:`~rlcurate.stats.mixture.gate_counts`, as ``rlcurate advise``
     reads them): measured without bias for g up to their fewest runs (:func:`~rlcurate.stats.group_mixed_prob`),
     extrapolated beyond by the Beta-mixture fit that advise uses (1 - E[p^g + (1-p)^g]), so the two report the
     same numbers. No extrapolation (``share`` None, ``why`` says) for graded scores, which the pass/fail fit
     does not model, or when no prompt's runs disagree, which leaves nothing between 0 and 1 to fit."""
     kg, ng = gate_counts(k, trials)
-    rows = [s for s in scores if s.size >= 2]
+    rows = [s for s in scores if s.size >= MIN_RUNS]
     why = None
     if not binary:
         why = "the scores are graded and the fit models pass/fail rewards"
@@ -394,7 +394,7 @@ def _advice(gate: dict | None, G: int) -> dict | None:
     now, doubled = gate["by_group_size"][str(G)], gate["by_group_size"][str(2 * G)]
     out = {"group_size": G, "doubled": 2 * G, "share": now["share"], "share_doubled": doubled["share"],
            "source": now["source"], "source_doubled": doubled["source"]}
-    no_shape = gate.get("no_fit") or "there is no fit to extrapolate with"
+    no_shape = gate["no_fit"]  # set whenever a share is None
     if now["share"] is None:
         out["text"] = f"no prediction for groups of {G} (more than the audit's runs): {no_shape}; audit with --runs {G} to measure it"
         return out

@@ -24,6 +24,7 @@ import numpy as np
 from scipy import optimize, special
 
 from rlcurate._validate import as_int, as_int_array
+from rlcurate.stats.audit import same_value_prob
 
 __all__ = ["BetaMixture", "fit_beta_mixture", "count_table", "measured_zero_variance", "gate_counts"]
 
@@ -86,8 +87,6 @@ def measured_zero_variance(successes, trials, G: int) -> float:
     """The share of groups of G rollouts that all get the same reward, measured without a model where every
     prompt has G or more runs: the mean over prompts of [C(k, G) + C(n - k, G)] / C(n, G), whose expectation
     is E[p^G + (1 - p)^G] (drawing G of a prompt's n runs without replacement; chapter 4)."""
-    from rlcurate.stats.audit import same_value_prob
-
     k, n, c = count_table(successes, trials)
     G = as_int(G, "G", minimum=1)
     if G > int(n.min()):
