@@ -47,7 +47,7 @@ from rlcurate.stats import mixture
 from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture, gate_counts, measured_zero_variance
 
 __all__ = ["Advice", "advise", "never_solved_share", "read_counts", "gate_table", "simulate", "render", "plot", "main",
-           "advise_counts", "sim_prompts", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
+           "advise_counts", "sim_prompts", "dense_waste", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
 
 GROUP_SIZES = mixture.GROUP_SIZES
 SIM_GROUP_SIZES = (2, 4, 8, 16, 32)
@@ -78,6 +78,10 @@ CAVEAT = ("predictions of a simulated world built from the pool's starting shape
 STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
                  "dapo": {"strategy": "dapo"}, "greso": {"strategy": "greso"}}
 CEILING_ARMS = ("oracle_select", "oracle_alloc")
+SKIP_ARM = "uniform_skip_zero"
+"""Uniform GRPO with dense training except for the groups whose advantage is zero (``--training dense``)."""
+SKIP_RIVALS = ("dapo", "greso")
+"""The samplers that save dense cost by training only mixed groups, set against :data:`SKIP_ARM`."""
 ORACLE_RUNS = 8
 """Runs per prompt of the oracles' audit when ``oracle_every`` is given (chapter 11's language-model oracles)."""
 
@@ -99,6 +103,9 @@ class Advice:
     training: str
     sim: dict[str, Any] | None
     verdict: str
+    skip_zero: dict[str, Any] | None = None
+    """With dense training (and rho > 0), the share of a step's cost that trains groups without signal at the
+    start, measured from the audit (:func:`dense_waste`); None otherwise."""
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     shares: np.ndarray | None = None
@@ -116,7 +123,8 @@ class Advice:
                         "runs": self.runs, "pass_rate": self.pass_rate, "fit": self.fit.to_dict(),
                         "gate": self.gate, "budget": self.budget, "pool": self.pool,
                         "group_size": self.group_size, "rho": self.rho, "training": self.training,
-                        "simulation": self.sim, "verdict": self.verdict, "warnings": self.warnings,
+                        "simulation": self.sim, "skip_zero": self.skip_zero, "verdict": self.verdict,
+                        "warnings": self.warnings,
                         "caveat": CAVEAT if self.predicted else None,
                         "seconds": self.seconds})
 
@@ -229,6 +237,22 @@ def gate_table(k, n, fit: BetaMixture, boots, sizes: Sequence[int] = GROUP_SIZES
     return rows
 
 
+def dense_waste(gate: list[dict[str, Any]], group_size: int, rho: float) -> dict[str, Any]:
+    """What a trainer that trains every rollout of a kept group (verl's dense training, chapter 10) spends at
+    the start on groups without signal. A step of uniform GRPO generates B G rollouts and trains them all, at
+    cost B G (1 + rho); with z the share of zero-variance groups at G (``gate``'s row), z B G of the trained
+    rollouts have a zero advantage, so the share of the step's cost that trains nothing is
+
+        rho z / (1 + rho),
+
+    with the 95 % interval of z's (measured where the audit has G runs or more, fitted beyond)."""
+    row = next(r for r in gate if r["G"] == group_size)
+    f = rho / (1 + rho)
+    return {"G": int(group_size), "rho": float(rho), "zero_variance": row["zero_variance"],
+            "measured": row["measured"], "share": f * row["zero_variance"], "low": f * row["low"],
+            "high": f * row["high"]}
+
+
 # ---------------------------------------------------------------------------------------------- simulation
 def _oracle_kwargs(oracle_every: int | None, oracle_runs: int) -> dict[str, Any]:
     """The oracles' options in the simulated world: exact pass rates every step, or an uncharged audit of
@@ -326,18 +350,27 @@ def _simulate(fit, boots, group_size, rho, training, seeds, lrs, n_prompts, clos
             return unreached()
     rollouts: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
     cost: dict[str, dict[int, float]] = {a: {} for a in suite["arms"]}
+    skipping = training == "dense" and rho > 0
+    skip: dict[int, float] = {}  # uniform GRPO's run, costed as if its zero-advantage groups were not trained
     for s in range(seeds):
         rates = boots[s % len(boots)].sample(n_prompts, np.random.default_rng(s))
         for arm, spec in suite["arms"].items():
             setup = _sim_setup(rates, spec["group_size"], out_of_reach)
             c = run_costs(suite, setup, arm, s, lr[arm], close_gap=close_gap)
             rollouts[arm][s], cost[arm][s] = _to_target(c, c["target"], rho, training)
+            if skipping and arm == "uniform":
+                skip[s] = _to_target(c, c["target"], rho, "sparse")[1]
     reached = sum(math.isfinite(v) for v in rollouts["uniform"].values())
     if reached == 0:  # every ratio would be the cap over the cap
         return unreached(uniform_reached=0)
     cap_cost = SIM_BUDGET * (1 + rho)
     tables = {"rollouts": ratio_table(rollouts, "uniform", budget=SIM_BUDGET, controls=[]),
               "cost": ratio_table(cost, "uniform", budget=cap_cost, controls=[])}
+    if skipping:  # a zero advantage adds nothing to the update: the same runs, another bill (chapter 10)
+        tables["skip_zero"] = ratio_table({"uniform": cost["uniform"], SKIP_ARM: skip}, "uniform", budget=cap_cost,
+                                          controls=[])
+        tables["cost_vs_skipping"] = ratio_table({SKIP_ARM: skip, **{a: cost[a] for a in SKIP_RIVALS}}, SKIP_ARM,
+                                                 budget=cap_cost, controls=[])
     return {"arms": {a: s for a, s in suite["arms"].items()}, "lr": lr, "seeds": seeds, "close_gap": close_gap,
             "world_prompts": n_prompts, "oracle": oracle, "out_of_reach": out_of_reach, "uniform_reached": reached,
             "budget_cap": SIM_BUDGET, "currency": f"rollouts + {rho:g} x rollouts trained ({training})",
@@ -368,7 +401,30 @@ def _beyond_noise(r: dict[str, float], alpha: float = 0.05) -> int:
     return -1 if r["high"] < 1 else 1 if r["low"] > 1 else 0
 
 
-def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
+def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int,
+             skip_zero: dict[str, Any] | None = None) -> str:
+    text = _sim_verdict(sim, gate, group_size)
+    return f"{text}; {_skip_zero_verdict(skip_zero, sim)}" if skip_zero else text
+
+
+def _skip_zero_verdict(w: dict[str, Any], sim: dict[str, Any] | None) -> str:
+    """The dense trainer's cheapest saving (chapter 10, *What a dense trainer should do at rho = 5*; chapter 11,
+    rule 6): measured from the audit, and predicted where the simulation ran."""
+    how = "measured" if w["measured"] else "fitted"
+    text = (f"your trainer trains every rollout of a kept group: at the start {w['share']:.0%} "
+            f"[{w['low']:.0%}, {w['high']:.0%}] of a step's cost trains groups whose advantage is zero ({how}); "
+            f"skip them before changing the sampler")
+    ratios = (sim or {}).get("ratios", {})
+    if "skip_zero" in ratios:
+        r = ratios["skip_zero"][SKIP_ARM]
+        vs = ratios["cost_vs_skipping"]
+        text += (f" (predicted: {_interval(r)} of uniform's cost to the target; against that, "
+                 + ", ".join(f"{name} {_interval(vs[arm])} (Holm p {_p(_holm(vs[arm]))})"
+                             for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter"))) + ")")
+    return text
+
+
+def _sim_verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int) -> str:
     if sim is not None and sim.get("unreached"):
         where = (f"in any of its {sim['seeds']} seeds (it did on the validation world)" if sim.get("uniform_reached") == 0
                  else "at any learning rate")
@@ -450,7 +506,7 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
                       close_gap, seed, warnings, oracle_every, oracle_runs, out_of_reach)
     if floor_note and a.sim is not None:
         a.sim["out_of_reach_from"] = floor_note
-        a.verdict = _verdict(a.sim, a.gate, group_size)  # an unreachable target names the floor's source
+        a.verdict = _verdict(a.sim, a.gate, group_size, a.skip_zero)  # an unreachable target names the floor's source
     return a
 
 
@@ -533,10 +589,11 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
                        oracle_every=oracle_every, oracle_runs=oracle_runs, out_of_reach=out_of_reach) if sim else None)
     if result is not None:
         warnings += _simulation_warnings(result, oracle_every)
+    skip_zero = dense_waste(gate, group_size, rho) if training == "dense" and rho > 0 else None
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
-                  sim=result, verdict=_verdict(result, gate, group_size), warnings=warnings,
-                  seconds=time.perf_counter() - t0, shares=k / n)
+                  sim=result, verdict=_verdict(result, gate, group_size, skip_zero), skip_zero=skip_zero,
+                  warnings=warnings, seconds=time.perf_counter() - t0, shares=k / n)
 
 
 def _simulation_warnings(sim: dict[str, Any], oracle_every: int | None) -> list[str]:
@@ -612,6 +669,21 @@ def render(a: Advice) -> str:
                      f"validation world, not a setting for your model; 95% intervals per arm, p-values "
                      f"Holm-adjusted across the arms within each currency: the verdict counts a difference only "
                      f"where both exclude noise")
+    if a.skip_zero:
+        w = a.skip_zero
+        lines += ["", f"dense training (every rollout of a kept group trained, rho = {w['rho']:g}): at G = {w['G']}, "
+                      f"z = {w['zero_variance']:.0%} of groups carry no signal at the start "
+                      f"({'measured' if w['measured'] else 'fitted'}), so rho z / (1 + rho) = {w['share']:.0%} "
+                      f"[{w['low']:.0%}, {w['high']:.0%}] of a step's cost trains nothing"]
+        if a.predicted and "skip_zero" in a.sim["ratios"]:
+            r, vs = a.sim["ratios"]["skip_zero"][SKIP_ARM], a.sim["ratios"]["cost_vs_skipping"]
+            lines.append(f"PREDICTED: uniform GRPO that skips them reaches the target with {_interval(r)} of its cost; "
+                         "over that cost: " + ", ".join(f"{arm} {_interval(vs[arm])} (Holm p {_p(_holm(vs[arm]))})"
+                                                       for arm in SKIP_RIVALS))
+        lines.append("(a zero advantage adds nothing to the policy gradient: skip those rollouts' forward and backward "
+                     "but keep them in the loss's normaliser, with no KL or entropy term, and each update is unchanged; "
+                     "where a sampler beat uniform GRPO in dense cost, chapters 10 and 11, uniform GRPO that skipped "
+                     "them was level with it)")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
     if a.predicted:
