@@ -111,3 +111,14 @@ def check(records):
         assert primary["uniform_order3_aa"]["low"] < 1 < primary["uniform_order3_aa"]["high"]
         assert all(hd[c][a]["low"] < 1 < hd[c][a]["high"] for c in ("rollouts 1", "cost_sparse 2.79")
                    for a in ("dapo", "greso")), hd
+    # advise's dense-training line beside the runs at rho 2.79 (committed runs and audits): the text's numbers
+    skip = records["skip_check"]
+    for pool, share, ratio, dapo, greso in (("main pool", 0.31, 0.63, 1.40, 1.26), ("hard pool", 0.53, 0.51, 1.21, 1.16)):
+        s, m = skip[pool], skip[pool]["measured"]
+        assert abs(s["share"] - share) < 0.005 and abs(s["share"] - 2.79 * s["zero_variance"] / 3.79) < 1e-12, pool
+        assert abs(m["skip"]["ratio"] - ratio) < 0.005 and m["skip"]["high"] < 1, pool  # skipping always costs less
+        assert abs(m["dapo"]["ratio"] - dapo) < 0.005 and abs(m["greso"]["ratio"] - greso) < 0.005, pool
+    main = skip["main pool"]["measured"]  # slower than uniform that skips, beyond noise after Holm, on the main pool
+    assert all(main[a]["low"] > 1 and main[a]["p_holm"] < 0.05 for a in ("dapo", "greso")), main
+    hard = skip["hard pool"]["measured"]  # indistinguishable from noise on the hard pool
+    assert all(hard[a]["low"] < 1 < hard[a]["high"] and hard[a]["p_holm"] >= 0.05 for a in ("dapo", "greso")), hard
