@@ -26,11 +26,12 @@ FIXTURES = REPO / "tests" / "replays"
 TINY_STEPS = 3
 SMOLLM2_STEPS = 2
 # SmolLM2 runs whose first steps take a code path no other SmolLM2 fixture takes (the model, the chat
-# format and the shared prompt prefix are common to all of them; the strategies' paths are replayed on
-# the tiny model too): uniform selection, dynamic sampling's extra rounds, Ada-Seq's rounds at G = 4,
-# INSIGHT's selection with SAGE-LIGHT's user-turn hints, and hinted failures counted as evidence.
-SMOLLM2_RUNS = ("smollm2_protocol/uniform", "smollm2_protocol/dapo", "smollm2_protocol/ada_seq_n4",
-                "smollm2_protocol/combined", "smollm2_revisit/combined_failures")
+# format and the shared prompt prefix are common to all of them): uniform selection and the optimizer's
+# update, INSIGHT's selection with SAGE-LIGHT's user-turn hints, and hinted failures counted as evidence.
+# Dynamic sampling's extra rounds and Ada-Seq's rounds at G = 4 are the same code on every model; the tiny
+# model's fixtures replay them (protocol/dapo, protocol/ada_seq_n4), at a fraction of a SmolLM2 replay's
+# 45 s (tests/test_replay.py's COVERED_BY_OTHERS).
+SMOLLM2_RUNS = ("smollm2_protocol/uniform", "smollm2_protocol/combined", "smollm2_revisit/combined_failures")
 
 
 def default_runs() -> list[Path]:

@@ -30,6 +30,9 @@ IDS = [f"{p.parent.name}/{p.name.removesuffix('.json.gz')}" for p in FIXTURES]
 # SmolLM2 runs whose code paths another SmolLM2 fixture replays (scripts/record_replays.py says which)
 COVERED_BY_OTHERS = {"smollm2_protocol/uniform_aa_s0", "smollm2_protocol/insight_s0", "smollm2_revisit/uniform_s0",
                      "smollm2_revisit/uniform_aa_s0", "smollm2_revisit/insight_s0", "smollm2_revisit/combined_s0"}
+# SmolLM2's DAPO and Ada-Seq: their sampling rounds are the same code on every model, replayed by protocol's tiny
+# fixtures; SmolLM2's model, chat format and update by its uniform and combined fixtures
+COVERED_BY_OTHERS |= {"smollm2_protocol/dapo_s0", "smollm2_protocol/ada_seq_n4_s0"}
 # chapter 11's tiny-model suite repeats these chapter 10 runs (same configuration and seed; only the evaluation grid
 # differs, which the first steps do not reach): protocol's fixtures replay them
 COVERED_BY_OTHERS |= {f"curation_pays/{arm}_s0" for arm in ("uniform", "uniform_aa", "insight", "ada_est_hybrid", "dapo",
@@ -51,7 +54,7 @@ COVERED_BY_OTHERS |= {f"protocol_cost/{arm}_s0" for arm in ("uniform", "uniform_
 COVERED_BY_OTHERS |= {f"protocol_rho/{arm}_s0" for arm in ("uniform", "uniform_aa", "uniform_order2_aa", "dapo",
                                                           "ada_seq_n4", "ada_seq_n8")}
 # SmolLM2 at twice the budget repeats smollm2_protocol's arms (a larger max_rollouts, a coarser grid, more samples per
-# evaluation prompt; the training steps are the same): smollm2_protocol's fixtures replay uniform and DAPO, and
+# evaluation prompt; the training steps are the same): smollm2_protocol's fixtures replay uniform (DAPO as above), and
 # INSIGHT's selection is replayed by the combined recipe's fixture (the same selector, no hint rolled at 0.66 visits)
 COVERED_BY_OTHERS |= {f"smollm2_long/{arm}_s0" for arm in ("uniform", "uniform_aa", "insight", "dapo")}
 # the revisited pool's arms at the rate tuned on it repeat smollm2_revisit's with another learning rate, which a
