@@ -747,8 +747,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "setting at its end (bench/bench_rho.py: 2.79 for the tiny model on a CPU; appendix A1: "
                          "about 1.4 to 2.4 for Qwen2.5-0.5B on an H100). Chapter 10 reads samplers across it")
     ap.add_argument("--training", default="dense", metavar="{dense,sparse}",
-                    help="dense: the trainer trains every rollout of a kept group (verl, TRL); sparse: only rollouts "
-                         "with a non-zero advantage (this package's trainer)")
+                    help="dense: the trainer trains every rollout of a kept group (verl, TRL), and advise says what "
+                         "training the groups without signal costs (rho z / (1 + rho) of a step at the start) and sets "
+                         "uniform GRPO that skips them against DAPO and GRESO; sparse: only rollouts with a non-zero "
+                         "advantage are trained (this package's trainer)")
     ap.add_argument("--seeds", type=int, default=4,
                     help="paired seeds of the simulation (4: seconds, and what chapter 11's check of its predictions "
                          "used; 8 or 16 narrow the intervals, in proportion to the time)")
