@@ -128,8 +128,8 @@ def test_a_dense_trainer_is_told_what_training_groups_without_signal_costs_it(pi
     k, a = piles
     n = np.full(k.size, 8)
     z = mixture.measured_zero_variance(k, n, 8)
-    assert a.skip_zero["share"] == pytest.approx(1.0 * z / 2) and a.skip_zero["measured"]
-    assert a.skip_zero["low"] <= a.skip_zero["share"] <= a.skip_zero["high"]
+    assert a.dense_waste["share"] == pytest.approx(1.0 * z / 2) and a.dense_waste["measured"]
+    assert a.dense_waste["low"] <= a.dense_waste["share"] <= a.dense_waste["high"]
     ratios = a.sim["ratios"]
     skip = ratios["skip_zero"]["uniform_skip_zero"]
     assert skip["ratio"] < 1  # the same runs, minus the training of groups without signal
@@ -137,16 +137,16 @@ def test_a_dense_trainer_is_told_what_training_groups_without_signal_costs_it(pi
     for arm in ("dapo", "greso"):  # paired geometric means over the same seeds: the ratios chain
         assert ratios["cost_vs_skipping"][arm]["ratio"] == pytest.approx(ratios["cost"][arm]["ratio"] / skip["ratio"])
     text = render(a)
-    assert f"so rho z / (1 + rho) = {a.skip_zero['share']:.0%}" in text
+    assert f"so rho z / (1 + rho) = {a.dense_waste['share']:.0%}" in text
     assert "PREDICTED: uniform GRPO that skips them reaches the target with" in text
     assert "skip them before changing the sampler (predicted: " in a.verdict
-    assert a.to_dict()["skip_zero"]["share"] == a.skip_zero["share"]
+    assert a.to_dict()["dense_waste"]["share"] == a.dense_waste["share"]
     # measured without the simulation; nothing to say where the trainer already skips them or training is free
     gate_only = advise_counts(k, n, rho=2.79, sim=False)
-    assert gate_only.skip_zero["share"] == pytest.approx(2.79 * z / 3.79)
+    assert gate_only.dense_waste["share"] == pytest.approx(2.79 * z / 3.79)
     assert gate_only.verdict.endswith("skip them before changing the sampler")
     for quiet in (advise_counts(k, n, training="sparse", sim=False), advise_counts(k, n, rho=0.0, sim=False)):
-        assert quiet.skip_zero is None and "kept group" not in quiet.verdict and "dense training" not in render(quiet)
+        assert quiet.dense_waste is None and "kept group" not in quiet.verdict and "dense training" not in render(quiet)
 
 
 def test_oracles_fed_by_a_periodic_audit_pay_for_stale_pass_rates(piles):

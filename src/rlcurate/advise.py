@@ -80,8 +80,12 @@ STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc":
 CEILING_ARMS = ("oracle_select", "oracle_alloc")
 SKIP_ARM = "uniform_skip_zero"
 """Uniform GRPO with dense training except for the groups whose advantage is zero (``--training dense``)."""
-SKIP_RIVALS = ("dapo", "greso")
-"""The samplers that save dense cost by training only mixed groups, set against :data:`SKIP_ARM`."""
+SKIP_RIVALS = {"dapo": "DAPO", "greso": "GRESO's filter"}
+"""The samplers that save dense cost by training only mixed groups, set against :data:`SKIP_ARM` (arm: name)."""
+SKIP_NOTE = ("a zero advantage adds nothing to the policy gradient with a group-mean baseline and no KL or entropy "
+             "term: skip those rollouts' forward and backward within each mini-batch, keeping them in its loss "
+             "normaliser, and every mini-batch's gradient is unchanged")
+"""What makes skipping free, and its conditions (chapter 10, *What a dense trainer should do at rho = 5*)."""
 ORACLE_RUNS = 8
 """Runs per prompt of the oracles' audit when ``oracle_every`` is given (chapter 11's language-model oracles)."""
 
@@ -103,9 +107,9 @@ class Advice:
     training: str
     sim: dict[str, Any] | None
     verdict: str
-    skip_zero: dict[str, Any] | None = None
+    dense_waste: dict[str, Any] | None = None
     """With dense training (and rho > 0), the share of a step's cost that trains groups without signal at the
-    start, measured from the audit (:func:`dense_waste`); None otherwise."""
+    start, from the audit's gate (:func:`dense_waste`); None otherwise."""
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     shares: np.ndarray | None = None
@@ -123,7 +127,7 @@ class Advice:
                         "runs": self.runs, "pass_rate": self.pass_rate, "fit": self.fit.to_dict(),
                         "gate": self.gate, "budget": self.budget, "pool": self.pool,
                         "group_size": self.group_size, "rho": self.rho, "training": self.training,
-                        "simulation": self.sim, "skip_zero": self.skip_zero, "verdict": self.verdict,
+                        "simulation": self.sim, "dense_waste": self.dense_waste, "verdict": self.verdict,
                         "warnings": self.warnings,
                         "caveat": CAVEAT if self.predicted else None,
                         "seconds": self.seconds})
@@ -246,7 +250,7 @@ def dense_waste(gate: list[dict[str, Any]], group_size: int, rho: float) -> dict
         rho z / (1 + rho),
 
     with the 95 % interval of z's (measured where the audit has G runs or more, fitted beyond)."""
-    row = next(r for r in gate if r["G"] == group_size)
+    row = next(r for r in gate if r["G"] == group_size)  # the gate covers every G advise takes (_check_options)
     f = rho / (1 + rho)
     return {"G": int(group_size), "rho": float(rho), "zero_variance": row["zero_variance"],
             "measured": row["measured"], "share": f * row["zero_variance"], "low": f * row["low"],
@@ -402,25 +406,29 @@ def _beyond_noise(r: dict[str, float], alpha: float = 0.05) -> int:
 
 
 def _verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_size: int,
-             skip_zero: dict[str, Any] | None = None) -> str:
+             waste: dict[str, Any] | None = None) -> str:
     text = _sim_verdict(sim, gate, group_size)
-    return f"{text}; {_skip_zero_verdict(skip_zero, sim)}" if skip_zero else text
+    return f"{text}; {_dense_waste_verdict(waste, sim)}" if waste else text
 
 
-def _skip_zero_verdict(w: dict[str, Any], sim: dict[str, Any] | None) -> str:
+def _gate_source(w: dict[str, Any]) -> str:
+    return "measured" if w["measured"] else "fitted"
+
+
+def _skipping_vs_rivals(sim: dict[str, Any]) -> str:
+    vs = sim["ratios"]["cost_vs_skipping"]
+    return ", ".join(f"{name} {_interval(vs[arm])} (Holm p {_p(_holm(vs[arm]))})" for arm, name in SKIP_RIVALS.items())
+
+
+def _dense_waste_verdict(w: dict[str, Any], sim: dict[str, Any] | None) -> str:
     """The dense trainer's cheapest saving (chapter 10, *What a dense trainer should do at rho = 5*; chapter 11,
-    rule 6): measured from the audit, and predicted where the simulation ran."""
-    how = "measured" if w["measured"] else "fitted"
+    rule 6): from the audit's gate, and predicted where the simulation ran."""
     text = (f"your trainer trains every rollout of a kept group: at the start {w['share']:.0%} "
-            f"[{w['low']:.0%}, {w['high']:.0%}] of a step's cost trains groups whose advantage is zero ({how}); "
-            f"skip them before changing the sampler")
-    ratios = (sim or {}).get("ratios", {})
-    if "skip_zero" in ratios:
-        r = ratios["skip_zero"][SKIP_ARM]
-        vs = ratios["cost_vs_skipping"]
-        text += (f" (predicted: {_interval(r)} of uniform's cost to the target; against that, "
-                 + ", ".join(f"{name} {_interval(vs[arm])} (Holm p {_p(_holm(vs[arm]))})"
-                             for arm, name in (("dapo", "DAPO"), ("greso", "GRESO's filter"))) + ")")
+            f"[{w['low']:.0%}, {w['high']:.0%}] of a step's cost trains groups whose advantage is zero "
+            f"({_gate_source(w)}); skip them before changing the sampler")
+    if "skip_zero" in (sim or {}).get("ratios", {}):
+        r = sim["ratios"]["skip_zero"][SKIP_ARM]
+        text += f" (predicted: {_interval(r)} of uniform's cost to the target; against that, {_skipping_vs_rivals(sim)})"
     return text
 
 
@@ -506,7 +514,7 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
                       close_gap, seed, warnings, oracle_every, oracle_runs, out_of_reach)
     if floor_note and a.sim is not None:
         a.sim["out_of_reach_from"] = floor_note
-        a.verdict = _verdict(a.sim, a.gate, group_size, a.skip_zero)  # an unreachable target names the floor's source
+        a.verdict = _verdict(a.sim, a.gate, group_size, a.dense_waste)  # an unreachable target names the floor's source
     return a
 
 
@@ -589,10 +597,10 @@ def advise_counts(successes, trials, source: str = "counts", group_size: int = 8
                        oracle_every=oracle_every, oracle_runs=oracle_runs, out_of_reach=out_of_reach) if sim else None)
     if result is not None:
         warnings += _simulation_warnings(result, oracle_every)
-    skip_zero = dense_waste(gate, group_size, rho) if training == "dense" and rho > 0 else None
+    waste = dense_waste(gate, group_size, rho) if training == "dense" and rho > 0 else None
     return Advice(audit=source, prompts=int(k.size), runs=int(n.max()), pass_rate=pass_rate, fit=fit,
                   gate=gate, budget=budget, pool=pool, group_size=group_size, rho=float(rho), training=training,
-                  sim=result, verdict=_verdict(result, gate, group_size, skip_zero), skip_zero=skip_zero,
+                  sim=result, verdict=_verdict(result, gate, group_size, waste), dense_waste=waste,
                   warnings=warnings, seconds=time.perf_counter() - t0, shares=k / n)
 
 
@@ -669,21 +677,18 @@ def render(a: Advice) -> str:
                      f"validation world, not a setting for your model; 95% intervals per arm, p-values "
                      f"Holm-adjusted across the arms within each currency: the verdict counts a difference only "
                      f"where both exclude noise")
-    if a.skip_zero:
-        w = a.skip_zero
+    if a.dense_waste:
+        w = a.dense_waste
         lines += ["", f"dense training (every rollout of a kept group trained, rho = {w['rho']:g}): at G = {w['G']}, "
-                      f"z = {w['zero_variance']:.0%} of groups carry no signal at the start "
-                      f"({'measured' if w['measured'] else 'fitted'}), so rho z / (1 + rho) = {w['share']:.0%} "
-                      f"[{w['low']:.0%}, {w['high']:.0%}] of a step's cost trains nothing"]
+                      f"z = {w['zero_variance']:.0%} of groups carry no signal at the start ({_gate_source(w)}), so "
+                      f"rho z / (1 + rho) = {w['share']:.0%} [{w['low']:.0%}, {w['high']:.0%}] of a step's cost "
+                      f"trains nothing"]
         if a.predicted and "skip_zero" in a.sim["ratios"]:
-            r, vs = a.sim["ratios"]["skip_zero"][SKIP_ARM], a.sim["ratios"]["cost_vs_skipping"]
+            r = a.sim["ratios"]["skip_zero"][SKIP_ARM]
             lines.append(f"PREDICTED: uniform GRPO that skips them reaches the target with {_interval(r)} of its cost; "
-                         "over that cost: " + ", ".join(f"{arm} {_interval(vs[arm])} (Holm p {_p(_holm(vs[arm]))})"
-                                                       for arm in SKIP_RIVALS))
-        lines.append("(a zero advantage adds nothing to the policy gradient: skip those rollouts' forward and backward "
-                     "but keep them in the loss's normaliser, with no KL or entropy term, and each update is unchanged; "
-                     "where a sampler beat uniform GRPO in dense cost, chapters 10 and 11, uniform GRPO that skipped "
-                     "them was level with it)")
+                         f"over that cost: {_skipping_vs_rivals(a.sim)}")
+        lines.append(f"({SKIP_NOTE}; where a sampler beat uniform GRPO in dense cost, chapters 10 and 11, uniform GRPO "
+                     f"that skipped them was level with it)")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
     if a.predicted:

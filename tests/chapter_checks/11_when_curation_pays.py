@@ -122,3 +122,6 @@ def check(records):
     assert all(main[a]["low"] > 1 and main[a]["p_holm"] < 0.05 for a in ("dapo", "greso")), main
     hard = skip["hard pool"]["measured"]  # indistinguishable from noise on the hard pool
     assert all(hard[a]["low"] < 1 < hard[a]["high"] and hard[a]["p_holm"] >= 0.05 for a in ("dapo", "greso")), hard
+    # DAPO's censored seed on the main pool counted at what it had spent when it stopped (a lower bound): still slower
+    stopped = main["dapo_stopped"]
+    assert abs(stopped["ratio"] - 1.29) < 0.005 and stopped["low"] > 1 and stopped["p_holm"] < 0.05, stopped
