@@ -125,3 +125,5 @@ def check(records):
     # DAPO's censored seed on the main pool counted at what it had spent when it stopped (a lower bound): still slower
     stopped = main["dapo_stopped"]
     assert abs(stopped["ratio"] - 1.29) < 0.005 and stopped["low"] > 1 and stopped["p_holm"] < 0.05, stopped
+    # the A/A controls of the skipping comparison (another prompt order, both skipping) cover 1
+    assert all(skip[p]["measured"]["aa"]["low"] <= 1 <= skip[p]["measured"]["aa"]["high"] for p in skip), skip
