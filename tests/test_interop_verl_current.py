@@ -145,3 +145,43 @@ def test_verl_v1_module_names_the_version_it_needs():
     """In this environment (verl 0.7.1, no TransferQueue) the module refuses to import, saying why."""
     with pytest.raises(ImportError, match=r"needs verl >= 0.8 .* tested with verl 0.9.1"):
         import rlcurate.interop.verl_v1  # noqa: F401
+
+
+def test_skipping_zero_advantage_groups_in_verl_leaves_the_policy_gradient_unchanged(probe):
+    """``data.sampler.skip_zero_advantage``: on verl's own _balance_batch, _compute_advantage and policy losses, the
+    flat groups (0/1 and graded) leave the batch, the rest is padded back to one mini-batch with masked rows, and
+    the gradient on every kept row equals the dense batch's (vanilla PPO and GSPO, four loss aggregations)."""
+    sk = probe["skip"]
+    assert sk["dropped_groups"] == ["all0", "all1", "graded_equal"]  # a lone response keeps its score as advantage
+    assert sk["kept_groups"] == ["graded_mixed", "mixed", "one_right", "single"]
+    assert sk["dropped_dense_advantage_max"] == 0.0  # verl's GRPO gives the dropped rows nothing on the dense batch
+    rows = sk["rows"]
+    assert rows["dense"] == rows["skip"] == rows["nominal_rows"] == 32 and rows["skip_real"] == 14
+    assert rows["skip_pads_masked"]  # verl's 128-token padding rows carry no loss token
+    assert sk["tokens"]["kept"] < sk["tokens"]["dense"]
+    assert sk["metrics"] == {"rlcurate/skip_groups": 3, "rlcurate/skip_rows": 14,
+                             "rlcurate/skip_token_share": pytest.approx(1 - sk["tokens"]["kept"] / sk["tokens"]["dense"])}
+    assert len(sk["gradients"]) == 8
+    for case, g in sk["gradients"].items():
+        assert g["kept_max_grad"] > 1e-3, case  # the kept rows do move the policy
+        assert g["kept_max_diff"] <= 1e-6 * max(1.0, g["kept_max_grad"]), case
+        assert g["dropped_dense_max_grad"] == 0.0, case
+        assert g["loss_skip"] == pytest.approx(g["loss_dense"], rel=1e-5, abs=1e-7), case
+
+
+def test_skipped_groups_are_still_evidence_and_leave_transfer_queue(probe):
+    sk = probe["skip"]
+    # the sampler saw every group, the dropped ones included, one response per session
+    assert sk["step"]["observed"] == {"all0": [0, 4], "all1": [4, 4], "mixed": [2, 4], "one_right": [1, 4],
+                                      "graded_equal": [0, 4], "graded_mixed": [0, 4], "single": [1, 1]}
+    assert sk["skipped_waiting"] == sk["dropped_keys"]  # held until the step's end ...
+    assert sk["step"]["cleared"] == sk["dropped_keys"] and not sk["step"]["left_in_store"]  # ... then cleared
+    assert sk["step"]["waiting_after"] == 0
+
+
+def test_skipping_is_refused_where_it_would_change_the_update(probe):
+    sk = probe["skip"]
+    assert sk["refused_defaults"].startswith("rlcurate_curated: data.sampler.skip_zero_advantage=true")
+    assert "algorithm.adv_estimator=gae" in sk["refused_defaults"]
+    assert "ppo_mini_batch_size=256" in sk["refused_defaults"] and "\n" not in sk["refused_defaults"]
+    assert "use_kl_loss=True" in sk["refused_kl"] and "ppo_epochs=2" in sk["refused_kl"]

@@ -271,6 +271,206 @@ def check_dapo(out: dict) -> None:
                    "verl_evicted_values": {str(k): v for k, v in counts.items()}}
 
 
+# Skipping zero-advantage groups (data.sampler.skip_zero_advantage): verl's own _balance_batch, _compute_advantage
+# and policy losses on a batch with flat, mixed, graded, lone and two-turn groups, dense and skipped
+SKIP_GROUPS = {"all0": [0.0, 0.0, 0.0, 0.0], "all1": [1.0, 1.0, 1.0, 1.0], "mixed": [1.0, 0.0, 0.0, 1.0],
+               "one_right": [0.0, 0.0, 0.0, 1.0], "graded_equal": [0.5, 0.5, 0.5, 0.5], "graded_mixed": [0.2, 0.5, 0.5, 0.5],
+               "single": [1.0]}
+SKIP_TWO_TURN = ("all1", "mixed")  # session 0 of these groups has two outputs, the reward on both
+SKIP_PROMPTS = 8  # one mini-batch holds the dense batch (30 rows and a padding row): one optimizer step, as the option needs
+SKIP_EXACT = {"algorithm.adv_estimator": "grpo", "data.sampler.skip_zero_advantage": True,
+              "data.train_batch_size": SKIP_PROMPTS, "actor_rollout_ref.actor.ppo_mini_batch_size": SKIP_PROMPTS,
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2}
+
+
+class TensorStore(Store):
+    """:class:`Store` that also takes verl's TensorDict puts, returns the fields each row has and clears keys."""
+
+    def __init__(self, rows: dict, batch):
+        super().__init__()
+        self.rows, self.cleared = rows, []
+        self.tags = dict(zip(batch.keys, batch.tags))
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        from transfer_queue import KVBatchMeta
+
+        if fields is not None and not isinstance(fields, list):
+            fields = [{f: (fields[f].unbind() if isinstance(fields[f], torch.Tensor) else list(fields[f]))[j]
+                       for f in fields.keys()} for j in range(len(keys))]
+        super().kv_batch_put(keys, partition_id, fields, tags)
+        for j, key in enumerate(keys):
+            self.tags.setdefault(key, {}).update(tags[j] if tags else {})
+        return KVBatchMeta(partition_id=partition_id, keys=list(keys), tags=[self.tags[k] for k in keys])
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        self.gets.append(list(keys))
+        present = set.intersection(*(set(self.rows[k]) for k in keys))
+        names = [f for f in (select_fields or sorted(present)) if f in present]
+        return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in names} for k in keys])
+
+    def kv_clear(self, keys, partition_id):
+        for key in keys:
+            self.rows.pop(key)
+            self.cleared.append(key)
+
+
+def skip_batch(rng):
+    """One step's trajectories as verl's agent loop leaves them in TransferQueue (and a padding row)."""
+    from transfer_queue import KVBatchMeta
+
+    rows, keys, tags, uid_of = {}, [], [], {}
+    for g, (name, rewards) in enumerate(SKIP_GROUPS.items()):
+        uid_of[name] = uuid.uuid4().hex
+        for s, r in enumerate(rewards):
+            for o in range(2 if s == 0 and name in SKIP_TWO_TURN else 1):
+                length = int(rng.integers(2, 9))
+                scores = torch.zeros(length, dtype=torch.float32)
+                scores[-1] = r
+                keys.append(f"{uid_of[name]}_{s}_{o}")
+                tags.append({"status": "success", "seq_len": 8 + length})
+                rows[keys[-1]] = {"uid": uid_of[name], "index": 1000 + 7 * g, "rm_scores": scores,
+                                  "response_mask": torch.ones(length, dtype=torch.int64)}
+    keys.append(f"pad{uuid.uuid4().hex}_0_0")
+    tags.append({"status": "success", "seq_len": 2, "is_padding": True})
+    rows[keys[-1]] = {"uid": keys[-1].rsplit("_", 2)[0], "index": 1000, "rm_scores": torch.zeros(1),
+                      "response_mask": torch.zeros(1, dtype=torch.int64)}
+    return rows, KVBatchMeta(partition_id="train", keys=keys, tags=tags), uid_of
+
+
+def skip_pipeline(trainer, store, batch):
+    """verl's _step_once between the reward and the actor update, as the trainer runs it (no workers)."""
+    import transfer_queue as tq
+
+    tq.kv_batch_put, tq.kv_batch_get, tq.kv_clear = store.kv_batch_put, store.kv_batch_get, store.kv_clear
+    import verl.trainer.ppo.padding_utils as pu
+
+    pu.tq = tq
+    metrics = {}
+    batch = trainer._balance_batch(batch, metrics=metrics)
+    batch = trainer._compute_advantage(batch, metrics=metrics)
+    return batch, metrics
+
+
+def policy_gradient(store, batch, mode, agg, nominal_rows, log_probs):
+    """verl's policy loss on the rows of ``batch`` (its engine's global batch information), and its gradient on
+    each row's log-probabilities, by key."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = verl_config(os.devnull, **SKIP_EXACT, **{"actor_rollout_ref.actor.loss_agg_mode": agg,
+                                                  "actor_rollout_ref.actor.policy_loss.loss_mode": mode})
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    width = max(len(store.rows[k]["response_mask"]) for k in batch.keys)
+
+    def pad(t):
+        return torch.nn.functional.pad(t, (0, width - len(t)))
+
+    leaves = {k: log_probs.get(k, torch.zeros(len(store.rows[k]["response_mask"]))).clone().requires_grad_(True)
+              for k in batch.keys}
+    mask = torch.stack([pad(store.rows[k]["response_mask"]) for k in batch.keys]).bool()
+    adv = torch.stack([pad(store.rows[k]["advantages"].float()) for k in batch.keys])
+    new = torch.stack([pad(leaves[k]) for k in batch.keys])
+    old = torch.stack([pad(log_probs.get(k, torch.zeros(len(store.rows[k]["response_mask"]))).detach() - 0.05 *
+                           torch.arange(len(store.rows[k]["response_mask"]))) for k in batch.keys])
+    actor.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=nominal_rows,
+                                   loss_scale_factor=None)
+    loss, _ = get_policy_loss_fn(mode)(old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask,
+                                       loss_agg_mode=agg, config=actor)
+    loss.backward()
+    return {k: v.grad for k, v in leaves.items()}, float(loss)
+
+
+def check_skip(out: dict, parquet: str, tokenizer) -> None:
+    import copy
+    from types import SimpleNamespace
+
+    import rlcurate.interop.verl_v1 as v1
+    from rlcurate.interop.verl_skip import plan_skip
+
+    res: dict = {}
+    # what would change the update is refused when the trainer is built, one line naming each setting
+    try:
+        v1.CuratedPPOTrainer(verl_config(parquet, **{"data.sampler.skip_zero_advantage": True}))
+        res["refused_defaults"] = ""
+    except ValueError as exc:
+        res["refused_defaults"] = str(exc)
+    try:
+        v1.CuratedPPOTrainer(verl_config(parquet, **SKIP_EXACT, **{"actor_rollout_ref.actor.use_kl_loss": True,
+                                                                  "actor_rollout_ref.actor.ppo_epochs": 2}))
+        res["refused_kl"] = ""
+    except ValueError as exc:
+        res["refused_kl"] = str(exc)
+
+    rng = np.random.default_rng(5)
+    rows, batch, uid_of = skip_batch(rng)
+    log_probs = {k: torch.tensor(rng.normal(-1.0, 0.3, len(r["response_mask"])), dtype=torch.float32)
+                 for k, r in rows.items()}
+    nominal = SKIP_PROMPTS * N_RESP
+    runs = {}
+    for name, skip in (("dense", False), ("skip", True)):
+        for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):
+            cfg = verl_config(parquet, **{**SKIP_EXACT, "data.sampler.skip_zero_advantage": skip,
+                                          "actor_rollout_ref.actor.loss_agg_mode": agg})
+            trainer = bare_trainer(v1.CuratedPPOTrainer, cfg, tokenizer)
+            trainer.global_steps = 1
+            trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0, 1]})  # two data-parallel ranks
+            store = TensorStore(copy.deepcopy(rows), batch)
+            out_batch, metrics = skip_pipeline(trainer, store, copy.deepcopy(batch))
+            runs[name, agg] = (store, out_batch, metrics, trainer)
+    dense_store, dense_batch, _, _ = runs["dense", "token-mean"]
+    skip_store, skip_batch_, skip_metrics, skip_trainer = runs["skip", "token-mean"]
+    plan = plan_skip(batch.keys, batch.tags, [float(rows[k]["rm_scores"].sum()) for k in batch.keys],
+                     [int(rows[k]["response_mask"].sum()) for k in batch.keys])
+    group_of = {u: n for n, u in uid_of.items()}
+    real = [k for k in skip_batch_.keys if k in rows]
+    res["kept_groups"] = sorted({group_of[k.rsplit("_", 2)[0]] for k in real})
+    res["dropped_groups"] = sorted({group_of[u] for u in plan.flat_groups})
+    res["skipped_waiting"] = sorted(k for b in skip_trainer._skipped for k in b.keys)
+    res["dropped_keys"] = sorted(batch.keys[r] for r in plan.drop)
+    res["rows"] = {"dense": len(dense_batch.keys), "skip": len(skip_batch_.keys), "skip_real": len(real),
+                   "nominal_rows": nominal,
+                   "skip_pads_masked": all(int(skip_store.rows[k]["response_mask"].sum()) == 0
+                                           for k in skip_batch_.keys if k not in rows)}
+    res["metrics"] = {k: v for k, v in skip_metrics.items() if k.startswith("rlcurate/")}
+    res["tokens"] = {"kept": plan.tokens_kept, "dense": plan.tokens_dense}
+    # verl's own GRPO gives every dropped row a zero advantage on the dense batch
+    res["dropped_dense_advantage_max"] = max(float(dense_store.rows[k]["advantages"].abs().max())
+                                             for k in res["dropped_keys"] if k in dense_store.rows)
+    grads = {}
+    for mode in ("vanilla", "gspo"):
+        for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):
+            d_store, d_batch, _, _ = runs["dense", agg]
+            s_store, s_batch, _, _ = runs["skip", agg]
+            gd, ld = policy_gradient(d_store, d_batch, mode, agg, nominal, log_probs)
+            gs, ls = policy_gradient(s_store, s_batch, mode, agg, nominal, log_probs)
+            kept = [k for k in s_batch.keys if k in rows]
+            grads[f"{mode} {agg}"] = {
+                "kept_max_diff": max(float((gd[k] - gs[k]).abs().max()) for k in kept),
+                "kept_max_grad": max(float(gd[k].abs().max()) for k in kept),
+                "dropped_dense_max_grad": max(float(gd[k].abs().max()) for k in res["dropped_keys"] if k in gd),
+                "loss_dense": ld, "loss_skip": ls}
+    res["gradients"] = grads
+
+    # inside verl's step: the sampler observes the dropped groups too, and they leave TransferQueue after it
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **SKIP_EXACT), tokenizer)
+    trainer._init_dataloader()
+    trainer.global_steps = 1
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0, 1]})
+    trainer.agent_loop_manager = SimpleNamespace(generate_sequences=lambda prompts: None)  # the batch is made above
+    store = TensorStore(copy.deepcopy(rows), batch)
+    PPOTrainer._step_once = lambda self, metrics, timing_raw, size: skip_pipeline(self, store, copy.deepcopy(batch))[0]
+    trainer.step({}, {})
+    counts = trainer.train_dataloader.sampler.last_update
+    res["step"] = {"observed": {group_of[uid_of[n]]: list(counts.get(g, ())) for g, n in enumerate(SKIP_GROUPS)},
+                   "cleared": sorted(store.cleared), "left_in_store": sorted(k for k in res["dropped_keys"] if k in store.rows),
+                   "waiting_after": len(trainer._skipped)}
+    out["skip"] = res
+
+
 # SAGE-LIGHT's hints: a pool of hinted arithmetic problems, INSIGHT choosing, rewards a fixed function of the draw
 HINT_POOL, HINT_STEPS = 8, 10
 HINT_TASK = {"name": "arithmetic", "kwargs": {"style": "chat", "levels": ["add2", "mul2x1"], "n_train": HINT_POOL,
@@ -454,7 +654,7 @@ def main() -> None:
     from rlcurate.models.tiny import build_tiny_tokenizer
 
     out: dict = {}
-    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "hints"]
+    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "hints", "skip"]
     with tempfile.TemporaryDirectory() as folder:
         parquet = make_parquet(folder)
         tokenizer = build_tiny_tokenizer()

@@ -11,8 +11,11 @@
 :mod:`rlcurate.interop.verl_rollout`   :class:`~rlcurate.interop.verl_rollout.CuratedRollout`, Reinforce-Ada-Seq
                                        and SAGE around verl 0.7.1's rollout manager
 :mod:`rlcurate.interop.verl_v1`        :class:`~rlcurate.interop.verl_v1.CuratedPPOTrainer`, verl's v1
-                                       trainer registered as ``rlcurate_curated`` with that sampler
-                                       and SAGE-LIGHT's hints (verl 0.8 and later; tested on 0.9.1)
+                                       trainer registered as ``rlcurate_curated`` with that sampler,
+                                       SAGE-LIGHT's hints and ``skip_zero_advantage`` (verl 0.8 and
+                                       later; tested on 0.9.1)
+:mod:`rlcurate.interop.verl_skip`      the plan behind ``skip_zero_advantage``: which rows, the advantage
+                                       factor that keeps the loss's normaliser, when it is exact
 :class:`PromptSelection`               the adapter both share: a strategy's ``select`` and ``observe``
                                        driven by another trainer, with checkpointable state
 =====================================  ==================================================================

@@ -24,6 +24,13 @@ name, and runs as the sync trainer in every respect but these:
   code of the 0.7 adapter's ``update``. Padding rows (``is_padding`` tags, added to even out data-parallel
   shards) are skipped, and of a multi-turn session only its last output counts, as verl's own GRPO does.
 
+* ``_balance_batch`` and ``_compute_advantage``, with ``+data.sampler.skip_zero_advantage=true``: the groups whose
+  rewards are all the same (and verl's padding rows) leave the batch before verl balances and pads it, and the kept
+  advantages are scaled so that the loss's normaliser is the dense batch's; the update is then the dense trainer's,
+  and settings under which it would not be are refused when the trainer is built
+  (:mod:`rlcurate.interop.verl_skip`). The dropped groups are observed with the trained ones at the step's end and
+  then cleared from TransferQueue.
+
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
 ``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step (DAPO,
 ``sync_refill_failed_groups``) come from a selection made before that step's rewards, and a resumed run first
@@ -74,7 +81,9 @@ import numpy as np
 
 try:
     import transfer_queue as tq
+    from tensordict import TensorDict
     from torchdata.stateful_dataloader import StatefulDataLoader
+    from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.v1.trainer_base import register_trainer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from omegaconf import open_dict
@@ -87,6 +96,8 @@ except ImportError as exc:
 
 from rlcurate.interop._core import check_task_hints, problems_by_uid
 from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, CurationSampler, _get, _plain
+from rlcurate.interop.verl_skip import SKIP_KEY, advantage_scale, plan_skip, refuse_inexact, skip_requested
+from rlcurate.interop.verl_skip import trained_responses  # noqa: F401  (re-exported: the key format lives there)
 
 __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
            "refuse_unhostable", "trained_responses", "observe_step"]
@@ -269,19 +280,6 @@ def curated_dataloader(loader: StatefulDataLoader, data_config) -> StatefulDataL
                               drop_last=loader.drop_last, collate_fn=loader.collate_fn, sampler=sampler)
 
 
-def trained_responses(keys, tags) -> list[int]:
-    """Positions of the rows that are one response each: not padding, and the last output of each
-    session (keys are ``{uid}_{session_id}_{output_index}``, as verl's agent loop writes them)."""
-    last: dict[str, tuple[int, int]] = {}
-    for row, (key, tag) in enumerate(zip(keys, tags)):
-        if tag.get("is_padding", False):
-            continue
-        uid, session, output = key.rsplit("_", 2)
-        if f"{uid}_{session}" not in last or last[f"{uid}_{session}"][0] < int(output):
-            last[f"{uid}_{session}"] = (int(output), row)
-    return sorted(row for _, row in last.values())
-
-
 def observe_step(sampler: CurationSampler, batch) -> dict[int, tuple[int, int]]:
     """Feed one trained ``KVBatchMeta`` to the sampler: each response's ``index`` and summed ``rm_scores``
     from TransferQueue, and the hint level of its prompt where SAGE-LIGHT hinted it (then the schedule observes
@@ -304,10 +302,13 @@ def observe_step(sampler: CurationSampler, batch) -> dict[int, tuple[int, int]]:
 
 def refuse_unhostable(config) -> None:
     """Refuse (``ValueError``, one line) what the registered trainer cannot run, from the configuration alone: the
-    pool-baseline estimator, a hint configuration that cannot run, and SAGE-LIGHT under DAPO's filter."""
+    pool-baseline estimator, ``skip_zero_advantage`` where it would change the update, a hint configuration that
+    cannot run, and SAGE-LIGHT under DAPO's filter."""
     if config.algorithm.adv_estimator == POOL_ADV_ESTIMATOR:
         raise ValueError(f"{TRAINER_NAME} cannot run algorithm.adv_estimator={POOL_ADV_ESTIMATOR}: verl 0.9's "
                          "_compute_advantage never passes reward_baselines to an estimator (appendix A2)")
+    if skip_requested(config):
+        refuse_inexact(config, TRAINER_NAME)
     filter_groups = config.algorithm.get("filter_groups", None)
     if HintSchedule.parse(config.data) is not None and filter_groups is not None and filter_groups.get("enable", False):
         raise ValueError(f"{TRAINER_NAME}: data.sampler.hints with algorithm.filter_groups: verl's replay buffer evicts "
@@ -321,6 +322,9 @@ class CuratedPPOTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         refuse_unhostable(config)  # before anything starts
+        self.skip_zero_advantage = skip_requested(config)
+        self._skipped: list[KVBatchMeta] = []  # this step's dropped rows, observed and cleared after it
+        self._advantage_scale = 1.0  # for the batch between _balance_batch and _compute_advantage
         with open_dict(config):  # verl 0.9.1 tests for the literal mode "sync" (replay buffer, refills, resume)
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
@@ -344,12 +348,52 @@ class CuratedPPOTrainer(PPOTrainerSync):
             tu.assign_non_tensor_stack(batch, "raw_prompt", raw)
         return batch
 
+    def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        if self.skip_zero_advantage:
+            batch = self._drop_zero_advantage_groups(batch, metrics)
+        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+    def _drop_zero_advantage_groups(self, batch, metrics: dict):
+        """``data.sampler.skip_zero_advantage``: the batch without its flat groups and padding
+        (:func:`rlcurate.interop.verl_skip.plan_skip`); the dropped rows wait in ``_skipped`` for the step's end."""
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["rm_scores", "response_mask"])
+        scores = [float(s.sum().item()) for s in list(data["rm_scores"])]  # as verl's DAPO filter sums them
+        tokens = [int(m.sum().item()) for m in list(data["response_mask"])]
+        plan = plan_skip(batch.keys, batch.tags, scores, tokens)
+        metrics.update(plan.metrics())
+        self._advantage_scale = advantage_scale(plan, self.config.actor_rollout_ref.actor.loss_agg_mode)
+        if not plan.drop:
+            return batch
+
+        def rows(positions):
+            return KVBatchMeta(partition_id=batch.partition_id, keys=[batch.keys[r] for r in positions],
+                               tags=[batch.tags[r] for r in positions], fields=batch.fields,
+                               extra_info=batch.extra_info)
+
+        self._skipped.append(rows(plan.drop))
+        return rows(plan.keep)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        batch = super()._compute_advantage(batch, metrics)
+        scale, self._advantage_scale = self._advantage_scale, 1.0
+        if scale != 1.0:  # token-mean's divisor fell with the dropped tokens: scale the kept advantages to match
+            adv = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"])
+            tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                            fields=TensorDict({"advantages": adv["advantages"] * scale}, batch_size=len(batch.keys)))
+        return batch
+
     def step(self, metrics: dict, timing_raw: dict):
         # once per step, after all its updates: with parameter_sync_step = k the k batches of one selection are
         # observed together, as one step's rewards (a strategy that decays its beliefs per observation decays once)
         batch = super().step(metrics, timing_raw)
         sampler = self.train_dataloader.sampler
-        observe_step(sampler, batch)
+        skipped, self._skipped = self._skipped, []
+        observe_step(sampler, KVBatchMeta(partition_id=batch.partition_id,  # the flat groups are evidence too
+                                          keys=batch.keys + [k for b in skipped for k in b.keys],
+                                          tags=batch.tags + [t for b in skipped for t in b.tags]))
+        for dropped in skipped:  # verl clears the trained keys after its metrics; these it never saw
+            tq.kv_clear(keys=dropped.keys, partition_id=dropped.partition_id)
         metrics.update({f"rlcurate/{k}": v for k, v in sampler.selection.metrics().items()})
         if getattr(sampler, "hints", None) is not None:
             metrics.update({f"rlcurate/{k}": v for k, v in sampler.hints.metrics().items()})
