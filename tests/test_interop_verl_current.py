@@ -153,14 +153,19 @@ def test_skipping_zero_advantage_groups_in_verl_leaves_the_policy_gradient_uncha
     the gradient on every kept row equals the dense batch's (vanilla PPO and GSPO, four loss aggregations)."""
     sk = probe["skip"]
     assert sk["dropped_groups"] == ["all0", "all1", "graded_equal"]  # a lone response keeps its score as advantage
-    assert sk["kept_groups"] == ["graded_mixed", "mixed", "one_right", "single"]
+    assert sk["kept_groups"] == ["graded_mixed", "mixed", "one_right", "rounded_equal", "single"]
     assert sk["dropped_dense_advantage_max"] == 0.0  # verl's GRPO gives the dropped rows nothing on the dense batch
+    assert sk["rounded_equal_dense_advantage"] > 0.01  # equal scores whose float32 mean rounds: verl trains them
     rows = sk["rows"]
-    assert rows["dense"] == rows["skip"] == rows["nominal_rows"] == 32 and rows["skip_real"] == 14
+    assert rows["dense"] == rows["skip"] == rows["nominal_rows"] == 40 and rows["skip_real"] == 20
     assert rows["skip_pads_masked"]  # verl's 128-token padding rows carry no loss token
     assert sk["tokens"]["kept"] < sk["tokens"]["dense"]
-    assert sk["metrics"] == {"rlcurate/skip_groups": 3, "rlcurate/skip_rows": 14,
-                             "rlcurate/skip_token_share": pytest.approx(1 - sk["tokens"]["kept"] / sk["tokens"]["dense"])}
+    m = sk["metrics"]
+    assert m["rlcurate/skip_groups"] == 3 and m["rlcurate/skip_rows"] == 14 and m["rlcurate/skip_inexact"] == 0
+    assert m["rlcurate/skip_loss_token_share"] == pytest.approx(1 - sk["tokens"]["kept"] / sk["tokens"]["dense"])
+    # in tokens passed through the model, rows this short (10-16 tokens) cost more replaced by 128-token padding rows
+    net = sk["net_token_share"]
+    assert net["pad_len"] == [128] and net["metric"] == pytest.approx(net["expected"]) and net["metric"] < 0
     assert len(sk["gradients"]) == 8
     for case, g in sk["gradients"].items():
         assert g["kept_max_grad"] > 1e-3, case  # the kept rows do move the policy
@@ -173,10 +178,19 @@ def test_skipped_groups_are_still_evidence_and_leave_transfer_queue(probe):
     sk = probe["skip"]
     # the sampler saw every group, the dropped ones included, one response per session
     assert sk["step"]["observed"] == {"all0": [0, 4], "all1": [4, 4], "mixed": [2, 4], "one_right": [1, 4],
-                                      "graded_equal": [0, 4], "graded_mixed": [0, 4], "single": [1, 1]}
+                                      "graded_equal": [0, 4], "graded_mixed": [0, 4], "single": [1, 1],
+                                      "rounded_equal": [0, 6]}
     assert sk["skipped_waiting"] == sk["dropped_keys"]  # held until the step's end ...
     assert sk["step"]["cleared"] == sk["dropped_keys"] and not sk["step"]["left_in_store"]  # ... then cleared
     assert sk["step"]["waiting_after"] == 0
+
+
+def test_a_batch_longer_than_one_mini_batch_is_trained_whole(probe):
+    """More rows than ppo_mini_batch_size x rollout.n (sessions with several outputs): the dense trainer takes
+    several optimizer steps on such a batch and fewer rows would take fewer, so nothing is dropped."""
+    long = probe["skip"]["too_long"]
+    assert long["all_kept"] and long["waiting"] == 0 and long["rows_out"] >= long["rows_in"]
+    assert long["metrics"]["rlcurate/skip_inexact"] == 1 and long["metrics"]["rlcurate/skip_rows"] == 0
 
 
 def test_skipping_is_refused_where_it_would_change_the_update(probe):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from rlcurate.interop.verl_skip import advantage_scale, inexact_settings, plan_skip, refuse_inexact, skip_requested
+from rlcurate.interop.verl_skip import (advantage_scale, inexact_settings, plan_skip, refuse_inexact, skip_requested,
+                                        zero_advantage_in_verl)
 
 
 def batch(groups: dict[str, list[float]], lengths=None, padding=0):
@@ -38,8 +39,20 @@ def test_flat_groups_and_padding_are_dropped_and_lone_responses_kept():
     assert advantage_scale(plan, "token-mean") == pytest.approx(36 / 65)
     for mode in ("token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
         assert advantage_scale(plan, mode) == 1.0  # these divide by nothing or by the nominal row count
-    assert plan.metrics() == {"rlcurate/skip_groups": 2, "rlcurate/skip_rows": 7,
-                              "rlcurate/skip_token_share": pytest.approx(1 - 36 / 65)}
+    assert plan.metrics() == {"rlcurate/skip_groups": 2, "rlcurate/skip_rows": 7, "rlcurate/skip_inexact": 0.0,
+                              "rlcurate/skip_loss_token_share": pytest.approx(1 - 36 / 65)}
+    # more real rows than one mini-batch: the dense trainer steps several times on them, so nothing is dropped
+    long = plan_skip(keys, tags, scores, tokens, mini_batch_rows=8)
+    assert long.drop == [] and long.inexact and long.keep == list(range(len(keys)))
+    assert plan_skip(keys, tags, scores, tokens, mini_batch_rows=9).drop == plan.drop  # nine real rows fit
+
+
+def test_a_group_is_flat_where_verls_float32_grpo_gives_it_zero():
+    assert zero_advantage_in_verl([1.0, 1.0]) and zero_advantage_in_verl([0.5] * 8) and zero_advantage_in_verl([0.0] * 3)
+    assert not zero_advantage_in_verl([1.0]) and not zero_advantage_in_verl([1.0, 0.0])
+    # eight scores of 0.3 average to 0.3 - 3e-8 in float32 and verl's GRPO gives each 0.029: the dense trainer
+    # trains them, so they are kept
+    assert not zero_advantage_in_verl([0.3] * 8) and not zero_advantage_in_verl([0.1] * 7)
 
 
 def test_a_group_is_flat_by_its_sessions_last_outputs():
@@ -82,7 +95,9 @@ def test_the_settings_that_would_change_the_update_are_named():
                               (f"{actor}.policy_loss.loss_mode", "clip_cov", "loss_mode=clip_cov"),
                               ("algorithm.rollout_correction.rollout_rs", "token", "rollout_rs=token"),
                               ("algorithm.rollout_correction.rollout_is_batch_normalize", True, "batch_normalize=True"),
-                              (f"{actor}.loss_agg_mode", "seq-mean-token-sum-norm", "loss_scale_factor")):
+                              (f"{actor}.loss_agg_mode", "seq-mean-token-sum-norm", "loss_scale_factor"),
+                              ("critic.enable", True, "critic.enable=True"),
+                              (f"{actor}.strategy", "megatron", "strategy=megatron")):
         problems = inexact_settings(exact(**{key: value}))
         assert len(problems) == 1 and named in problems[0], (key, problems)
     assert inexact_settings(exact(**{f"{actor}.policy_loss.loss_mode": "gspo"})) == []

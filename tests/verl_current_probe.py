@@ -275,9 +275,9 @@ def check_dapo(out: dict) -> None:
 # and policy losses on a batch with flat, mixed, graded, lone and two-turn groups, dense and skipped
 SKIP_GROUPS = {"all0": [0.0, 0.0, 0.0, 0.0], "all1": [1.0, 1.0, 1.0, 1.0], "mixed": [1.0, 0.0, 0.0, 1.0],
                "one_right": [0.0, 0.0, 0.0, 1.0], "graded_equal": [0.5, 0.5, 0.5, 0.5], "graded_mixed": [0.2, 0.5, 0.5, 0.5],
-               "single": [1.0]}
+               "single": [1.0], "rounded_equal": [0.3] * 6}  # verl's float32 mean of six 0.3 is not 0.3: trained
 SKIP_TWO_TURN = ("all1", "mixed")  # session 0 of these groups has two outputs, the reward on both
-SKIP_PROMPTS = 8  # one mini-batch holds the dense batch (30 rows and a padding row): one optimizer step, as the option needs
+SKIP_PROMPTS = 10  # one mini-batch of 40 rows holds the dense batch (33 rows and a padding row), as the option needs
 SKIP_EXACT = {"algorithm.adv_estimator": "grpo", "data.sampler.skip_zero_advantage": True,
               "data.train_batch_size": SKIP_PROMPTS, "actor_rollout_ref.actor.ppo_mini_batch_size": SKIP_PROMPTS,
               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2}
@@ -438,6 +438,28 @@ def check_skip(out: dict, parquet: str, tokenizer) -> None:
     # verl's own GRPO gives every dropped row a zero advantage on the dense batch
     res["dropped_dense_advantage_max"] = max(float(dense_store.rows[k]["advantages"].abs().max())
                                              for k in res["dropped_keys"] if k in dense_store.rows)
+    res["rounded_equal_dense_advantage"] = max(float(dense_store.rows[k]["advantages"].abs().max()) for k in rows
+                                               if k.startswith(uid_of["rounded_equal"]))
+    # what the passes cost in tokens: verl's 128-token padding rows replace the dropped rows (here 10-16 tokens each)
+    seq = {k: t["seq_len"] for k, t in zip(batch.keys, batch.tags)}
+    dense_real = [k for k, t in zip(batch.keys, batch.tags) if not t.get("is_padding", False)]
+    pads = {name: [t["seq_len"] for t in b.tags if t.get("is_padding", False)] for name, b in
+            (("dense", dense_batch), ("skip", skip_batch_))}
+    res["net_token_share"] = {"metric": skip_metrics.get("rlcurate/skip_net_token_share"),
+                              "expected": 1 - (sum(seq[k] for k in real) + sum(pads["skip"]))  # the dense batch's
+                              / (sum(seq[k] for k in dense_real) + 128 * (-len(dense_real) % nominal)),  # real rows, padded
+                              "pad_len": sorted(set(pads["skip"]))}
+    # a batch longer than one mini-batch (here 33 rows against 4 x 4): the dense trainer takes several optimizer
+    # steps on it, so it is trained whole
+    short = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **{**SKIP_EXACT, "data.train_batch_size": 4,
+                                                                      "actor_rollout_ref.actor.ppo_mini_batch_size": 4}),
+                         tokenizer)
+    short.global_steps = 1
+    short.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0, 1]})
+    long_batch, long_metrics = skip_pipeline(short, TensorStore(copy.deepcopy(rows), batch), copy.deepcopy(batch))
+    res["too_long"] = {"rows_in": len(batch.keys), "rows_out": len(long_batch.keys),
+                       "all_kept": set(batch.keys) <= set(long_batch.keys), "waiting": len(short._skipped),
+                       "metrics": {k: v for k, v in long_metrics.items() if k.startswith("rlcurate/")}}
     grads = {}
     for mode in ("vanilla", "gspo"):
         for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):

@@ -10,9 +10,9 @@ This module is the plan, free of verl: which rows to drop (:func:`plan_skip`), t
 normaliser (:func:`advantage_scale`) and the settings under which the update is the dense trainer's
 (:func:`inexact_settings`). :class:`rlcurate.interop.verl_v1.CuratedPPOTrainer` applies it with
 ``+data.sampler.skip_zero_advantage=true``: it drops the rows before verl's ``_balance_batch`` (which pads the
-batch back to whole mini-batches with 128-token rows whose loss mask is 0), multiplies the kept advantages by
-the factor after ``_compute_advantage``, lets the sampler observe the dropped groups too, and clears them
-from TransferQueue.
+batch back to whole mini-batches with 128-token rows whose loss mask is 0; they go through every pass, so a
+dropped row saves its length less 128 tokens), multiplies the kept advantages by the factor after
+``_compute_advantage``, lets the sampler observe the dropped groups too, and clears them from TransferQueue.
 
 Why the update is unchanged, for the loss modes verl's engine workers use (``verl.trainer.ppo.core_algos.agg_loss``
 with the global batch information the engine passes): the dropped rows' per-token loss is ``-A x ratio`` clipped,
@@ -29,6 +29,8 @@ loss functions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import torch
 
 SKIP_KEY = "skip_zero_advantage"  # under data.sampler
 EXACT_LOSS_MODES = ("vanilla", "gspo")  # positively homogeneous in the advantage, each row on its own
@@ -74,6 +76,9 @@ def inexact_settings(config) -> list[str]:
         ("algorithm.rollout_correction.rollout_is_batch_normalize", lambda v: not v,
          "the weights are normalised over the rows present"),
         ("distillation.enabled", lambda v: not v, "the distillation loss has a gradient on every row"),
+        ("critic.enable", lambda v: not v, "the critic would train on the rows kept"),
+        (f"{actor}.strategy", lambda v: v != "megatron", "not checked on Megatron, where a mixture-of-experts "
+                                                        "model's router loss has a gradient on every token present"),
     )
     for key, ok, why in checks:
         value = _get(config, key, None)
@@ -114,29 +119,49 @@ class SkipPlan:
 
     keep: list[int]
     drop: list[int]
-    flat_groups: list[str] = field(default_factory=list)  # uids whose sessions all got the same score
+    flat_groups: list[str] = field(default_factory=list)  # uids to whose responses verl gives a zero advantage
     tokens_kept: int = 0  # loss tokens of the rows kept, padding excluded
     tokens_dense: int = 0  # loss tokens of every row
+    inexact: bool = False  # the dense batch is longer than one mini-batch: nothing is dropped
 
     def metrics(self, prefix: str = "rlcurate/skip_") -> dict[str, float]:
+        """Per update: groups and rows dropped, the share of loss tokens not trained, and 1 where the batch was
+        too long to skip exactly."""
         return {f"{prefix}groups": len(self.flat_groups), f"{prefix}rows": len(self.drop),
-                f"{prefix}token_share": 1 - self.tokens_kept / self.tokens_dense if self.tokens_dense else 0.0}
+                f"{prefix}loss_token_share": 1 - self.tokens_kept / self.tokens_dense if self.tokens_dense else 0.0,
+                f"{prefix}inexact": float(self.inexact)}
 
 
-def plan_skip(keys, tags, scores, loss_tokens) -> SkipPlan:
-    """The rows to drop from one batch: every row of a group (a uid, the first part of each key) whose sessions'
-    final outputs got the same score (zero spread, as verl's DAPO filter and GRPO see them) and which has more
-    than one session (GRPO gives a lone response its score as advantage), and verl's padding rows (it pads the
-    batch again). ``scores``: each row's summed ``rm_scores``; ``loss_tokens``: its response-mask sum.
+def zero_advantage_in_verl(scores) -> bool:
+    """Whether verl's GRPO gives every response of a group an advantage of exactly 0: more than one score (a lone
+    response gets its score as advantage), all equal, and their float32 mean equal to them
+    (``verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage`` averages in float32, with or without the
+    standard deviation). Equal scores whose mean rounds, such as eight of 0.3 (mean 0.3 - 3e-8), get an advantage of
+    0.029 from verl: such a group is trained by the dense trainer, so it is kept."""
+    if len(scores) < 2 or max(scores) != min(scores):
+        return False
+    values = torch.tensor(list(scores), dtype=torch.float32)
+    return bool(torch.mean(values) == values[0])
+
+
+def plan_skip(keys, tags, scores, loss_tokens, mini_batch_rows: int | None = None) -> SkipPlan:
+    """The rows to drop from one batch: every row of a group (a uid, the first part of each key) to whose sessions'
+    final outputs verl's GRPO gives a zero advantage (:func:`zero_advantage_in_verl`), and verl's padding rows (it
+    pads the batch again). ``scores``: each row's summed ``rm_scores``; ``loss_tokens``: its response-mask sum.
+
+    ``mini_batch_rows`` (``ppo_mini_batch_size x rollout.n``): when the batch holds more real rows than that (sessions
+    with several outputs, or a prompt given more than ``rollout.n`` responses), the dense trainer takes several
+    optimizer steps on it and fewer rows would take fewer, so nothing is dropped and the plan says ``inexact``.
 
     When every group is flat, the group with the fewest loss tokens is kept: its zero gradient gives the same
     optimizer step as the dense batch (Adam still moves on its moments) at the least cost."""
     finals: dict[str, list[float]] = {}
     for row in trained_responses(keys, tags):
         finals.setdefault(keys[row].rsplit("_", 2)[0], []).append(float(scores[row]))
-    if not finals:  # padding alone: nothing to plan
-        return SkipPlan(keep=list(range(len(keys))), drop=[])
-    flat = {uid for uid, s in finals.items() if len(s) > 1 and max(s) == min(s)}
+    real = [r for r, tag in enumerate(tags) if not tag.get("is_padding", False)]
+    if not finals or mini_batch_rows is not None and len(real) > mini_batch_rows:  # padding alone, or too long
+        return SkipPlan(keep=list(range(len(keys))), drop=[], inexact=bool(finals))
+    flat = {uid for uid, s in finals.items() if zero_advantage_in_verl(s)}
     padding = {row for row, tag in enumerate(tags) if tag.get("is_padding", False)}
     uid_of = [key.rsplit("_", 2)[0] for key in keys]
     if flat and flat == set(finals):  # nothing has signal: keep the cheapest group

@@ -75,6 +75,7 @@ Tested with verl 0.9.1 (``tests/test_interop_verl_current.py``).
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -84,6 +85,7 @@ try:
     from tensordict import TensorDict
     from torchdata.stateful_dataloader import StatefulDataLoader
     from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.padding_utils import SYNTHETIC_PADDING_SEQ_LEN
     from verl.trainer.ppo.v1.trainer_base import register_trainer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from omegaconf import open_dict
@@ -103,6 +105,7 @@ __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINE
            "refuse_unhostable", "trained_responses", "observe_step"]
 
 TRAINER_NAME = "rlcurate_curated"
+logger = logging.getLogger(__name__)
 
 
 class HintSchedule:
@@ -325,6 +328,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
         self.skip_zero_advantage = skip_requested(config)
         self._skipped: list[KVBatchMeta] = []  # this step's dropped rows, observed and cleared after it
         self._advantage_scale = 1.0  # for the batch between _balance_batch and _compute_advantage
+        self._warned_inexact = False
         with open_dict(config):  # verl 0.9.1 tests for the literal mode "sync" (replay buffer, refills, resume)
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
@@ -349,9 +353,19 @@ class CuratedPPOTrainer(PPOTrainerSync):
         return batch
 
     def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
-        if self.skip_zero_advantage:
-            batch = self._drop_zero_advantage_groups(batch, metrics)
-        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+        if not self.skip_zero_advantage:
+            return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+        dense = [tag.get("seq_len", 0) for tag in batch.tags if not tag.get("is_padding", False)]
+        batch = self._drop_zero_advantage_groups(batch, metrics)
+        batch = super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+        # what the passes over the batch cost in tokens (prompt and response), against the dense batch padded the
+        # same way: verl's padding rows are SYNTHETIC_PADDING_SEQ_LEN tokens long, so a row shorter than that costs
+        # more skipped than trained
+        multiple = self._get_required_batch_multiple(max(self.actor_rollout_wg._dispatch_info["actor"]) + 1)
+        dense_tokens = sum(dense) + SYNTHETIC_PADDING_SEQ_LEN * (-len(dense) % multiple)
+        if dense_tokens:
+            metrics["rlcurate/skip_net_token_share"] = 1 - sum(t.get("seq_len", 0) for t in batch.tags) / dense_tokens
+        return batch
 
     def _drop_zero_advantage_groups(self, batch, metrics: dict):
         """``data.sampler.skip_zero_advantage``: the batch without its flat groups and padding
@@ -360,9 +374,15 @@ class CuratedPPOTrainer(PPOTrainerSync):
                                select_fields=["rm_scores", "response_mask"])
         scores = [float(s.sum().item()) for s in list(data["rm_scores"])]  # as verl's DAPO filter sums them
         tokens = [int(m.sum().item()) for m in list(data["response_mask"])]
-        plan = plan_skip(batch.keys, batch.tags, scores, tokens)
+        actor, n = self.config.actor_rollout_ref.actor, int(self.config.actor_rollout_ref.rollout.n)
+        plan = plan_skip(batch.keys, batch.tags, scores, tokens, mini_batch_rows=int(actor.ppo_mini_batch_size) * n)
         metrics.update(plan.metrics())
-        self._advantage_scale = advantage_scale(plan, self.config.actor_rollout_ref.actor.loss_agg_mode)
+        if plan.inexact and not self._warned_inexact:
+            self._warned_inexact = True
+            logger.warning("%s: a batch of %d rows is longer than one mini-batch (ppo_mini_batch_size x rollout.n = "
+                           "%d): it is trained whole, since fewer rows would take fewer optimizer steps (metric "
+                           "rlcurate/skip_inexact)", TRAINER_NAME, len(batch.keys), int(actor.ppo_mini_batch_size) * n)
+        self._advantage_scale = advantage_scale(plan, actor.loss_agg_mode)
         if not plan.drop:
             return batch
 
