@@ -127,3 +127,16 @@ def check(records):
     assert abs(stopped["ratio"] - 1.29) < 0.005 and stopped["low"] > 1 and stopped["p_holm"] < 0.05, stopped
     # the A/A controls of the skipping comparison (another prompt order, both skipping) cover 1
     assert all(skip[p]["measured"]["aa"]["low"] <= 1 <= skip[p]["measured"]["aa"]["high"] for p in skip), skip
+    # the declared suite on sixteen new seeds (curation_pays_skip): DAPO and GRESO trained densely cost more than uniform
+    # GRPO that skips, beyond noise after Holm, with the numbers the text quotes; the A/A control covers 1
+    ss = records.get("skip_suite")
+    if ss:
+        primary = ss["primary"]
+        for arm, ratio in (("dapo", 1.25), ("greso", 1.27)):
+            r = primary[arm]
+            assert abs(r["ratio"] - ratio) < 0.005 and r["low"] > 1 and r["p_holm"] < 0.05 and r["seeds"] == 16, r
+        assert primary["uniform_order5_aa"]["low"] < 1 < primary["uniform_order5_aa"]["high"], primary
+        assert all(ss[k][a]["low"] > 1 for k in ("secondary, rho 1.43", "secondary, rho 5") for a in ("dapo", "greso"))
+        dense = ss["secondary, both cost_dense"]  # against densely trained uniform the samplers save
+        assert all(dense[a]["high"] < 1 for a in ("dapo", "greso")), dense
+        assert abs(ss["uniform skipping over dense"]["ratio"] - 0.63) < 0.005
