@@ -10,6 +10,7 @@ each chapter, and the lines its GPU cells printed.
 
     .venv/bin/python bench/bench_dryrun_chapters.py                     # every chapter with a GPU cell
     .venv/bin/python bench/bench_dryrun_chapters.py book/05_grpo_loop.ipynb
+    .venv/bin/python bench/bench_dryrun_chapters.py --gpu-cells-only book/05_grpo_loop.ipynb  # set-up and GPU cells
 """
 
 from __future__ import annotations
@@ -45,11 +46,23 @@ def gpu_cell_output(nb: dict) -> list[str]:
     return lines
 
 
+def setup_and_gpu_cells(nb: dict) -> dict:
+    """The notebook cut to its set-up (the code cells above the first markdown cell after the title) and its GPU
+    cells: what a GPU cell may use, without the chapter's CPU work in between."""
+    cells = nb["cells"]
+    first_section = next((i for i, c in enumerate(cells) if i > 0 and c["cell_type"] == "markdown"), len(cells))
+    keep = [c for i, c in enumerate(cells) if c["cell_type"] == "code"
+            and (i < first_section or GPU_MARK in "".join(c["source"]))]
+    return {**nb, "cells": keep}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("chapters", nargs="*", type=Path, help="default: every chapter with a GPU cell")
     ap.add_argument("--out", default=str(DATA / "dryrun_chapters_cpu.json"))
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    ap.add_argument("--gpu-cells-only", action="store_true",
+                    help="run each chapter's set-up cells and GPU cells only, not the CPU cells between them")
     args = ap.parse_args(argv)
     import subprocess
 
@@ -60,8 +73,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for path in chapters:  # one papermill process per chapter, as the book's build runs them
             out = Path(tmp) / path.name
+            source = path
+            if args.gpu_cells_only:
+                source = Path(tmp) / f"cut_{path.name}"
+                source.write_text(json.dumps(setup_and_gpu_cells(json.loads(path.read_text()))))
             t0 = time.perf_counter()
-            run = subprocess.run([sys.executable, "-m", "papermill", str(path), str(out), "-k", "python3",
+            run = subprocess.run([sys.executable, "-m", "papermill", str(source), str(out), "-k", "python3",
                                   "--cwd", str(path.parent), "--execution-timeout", str(args.timeout)],
                                  env=env, capture_output=True, text=True)
             row = {"chapter": path.name, "passed": run.returncode == 0}

@@ -362,9 +362,9 @@ def test_chapter_dry_run_switch_cuts_gpu_configs_and_loads_random_real_architect
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_a_chapters_gpu_cell_runs_in_a_dry_run(shared_data, monkeypatch, tmp_path):
-    """Chapter 5 in the smoke profile with RLCURATE_DRYRUN=1: its GPU cell trains a two-layer random-weight
-    Qwen2.5-0.5B-Instruct on GSM8K for two steps through the trainer (bench/bench_dryrun_chapters.py runs
-    every chapter so; appendix A1)."""
+    """Chapter 5's set-up and GPU cells in the smoke profile with RLCURATE_DRYRUN=1: its GPU cell trains a two-layer
+    random-weight Qwen2.5-0.5B-Instruct on GSM8K for two steps through the trainer (bench/bench_dryrun_chapters.py
+    runs every chapter so, whole; appendix A1). The chapter's CPU cells run in test_notebooks.py."""
     import importlib.util
 
     monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
@@ -372,7 +372,10 @@ def test_a_chapters_gpu_cell_runs_in_a_dry_run(shared_data, monkeypatch, tmp_pat
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "dry.json"
-    assert bench.main([str(REPO / "book" / "05_grpo_loop.ipynb"), "--out", str(out)]) == 0
+    chapter = REPO / "book" / "05_grpo_loop.ipynb"
+    cut = bench.setup_and_gpu_cells(json.loads(chapter.read_text()))
+    assert sum(bench.GPU_MARK in "".join(c["source"]) for c in cut["cells"]) == 1 and len(cut["cells"]) == 4
+    assert bench.main([str(chapter), "--gpu-cells-only", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["chapters"][0]
     assert row["passed"] and any(line.startswith("step   2:") for line in row["gpu_cell_output"])
     assert any("predicted on one H100" in line for line in row["gpu_cell_output"])
