@@ -72,7 +72,7 @@ NEVER_SOLVED_WARN = 0.1
 through shared skills) is likely optimistic."""
 CAVEAT = ("predictions of a simulated world built from the pool's starting shape, not measurements: on language "
           "models they were optimistic about selection and small groups (chapter 11) and about a sampler's cost "
-          "(chapter 10: DAPO level with uniform in accuracy at a dense-cost budget on the tiny model, where they "
+          "(chapter 10: DAPO indistinguishable from uniform in accuracy at a dense-cost budget on the tiny model, where they "
           "predicted a saving in cost to a target); "
           "before acting on one, confirm it with a short paired run (rlcurate runs, chapter 10's protocol)")
 STRATEGY_ARMS = {"oracle_select": {"strategy": "oracle_select"}, "oracle_alloc": {"strategy": "oracle_alloc"},
@@ -689,7 +689,7 @@ def render(a: Advice) -> str:
             lines.append(f"PREDICTED: uniform GRPO that skips them reaches the target with {_interval(r)} of its cost; "
                          f"over that cost: {_skipping_vs_rivals(a.sim)}")
         lines.append(f"({SKIP_NOTE}; where a sampler beat uniform GRPO in dense cost, chapters 10 and 11, uniform GRPO "
-                     f"that skipped them was level with it; in verl 0.9: {SKIP_IN_VERL})")
+                     f"that skipped them was indistinguishable from it; in verl 0.9: {SKIP_IN_VERL})")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
     if a.predicted:

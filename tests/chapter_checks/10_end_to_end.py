@@ -93,7 +93,7 @@ def check(records):
         assert all(p32[k]["ada_seq_n4"]["low"] > 0 and p32[k]["ada_seq_n4"]["seeds"] == 32 for k in ("4", "5")), p32
         assert all(p32[k]["A/A"]["low"] < 0 < p32[k]["A/A"]["high"] for k in p32), p32
     # what a dense trainer should do (suite protocol_rho_sparse_uniform, declared): uniform GRPO that skips
-    # zero-advantage rollouts is level with densely trained Ada-Seq at the rho = 5 budget; the long runs repeat
+    # zero-advantage rollouts is indistinguishable from densely trained Ada-Seq at the rho = 5 budget; the long runs repeat
     # protocol_rho_high's uniform runs up to 12,800 rollouts
     su = records.get("sparse_uniform_primary")
     if su:
