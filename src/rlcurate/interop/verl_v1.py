@@ -98,7 +98,7 @@ except ImportError as exc:
 
 from rlcurate.interop._core import check_task_hints, problems_by_uid
 from rlcurate.interop.verl import POOL_ADV_ESTIMATOR, CurationSampler, _get, _plain
-from rlcurate.interop.verl_skip import SKIP_KEY, advantage_scale, plan_skip, refuse_inexact, skip_requested
+from rlcurate.interop.verl_skip import advantage_scale, plan_skip, refuse_inexact, skip_requested
 from rlcurate.interop.verl_skip import trained_responses  # noqa: F401  (re-exported: the key format lives there)
 
 __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
