@@ -2,9 +2,10 @@
 
 A GRPO group whose responses all got the same reward has a zero advantage on every token. With a group-mean
 baseline, no KL or entropy term and one optimizer step per batch, such a row adds nothing to the update, yet a
-dense trainer such as verl still runs its old-log-probability, forward and backward passes. Chapter 11 measured
-that this training is what a filtering sampler saves a dense trainer, and that uniform GRPO which skips those
-groups gets the same saving (``rlcurate advise --training dense`` prints the share from an audit).
+dense trainer such as verl still runs its old-log-probability, forward and backward passes. Chapter 11 measured,
+in this package's trainer, that this training is what a filtering sampler saves a dense trainer, and that uniform
+GRPO which skips those groups gets the same saving or more (``rlcurate advise --training dense`` prints the share
+from an audit); in verl the saving is smaller by its padding rows (below) and has not been measured.
 
 This module is the plan, free of verl: which rows to drop (:func:`plan_skip`), the factor that keeps the loss's
 normaliser (:func:`advantage_scale`) and the settings under which the update is the dense trainer's
@@ -136,8 +137,8 @@ def zero_advantage_in_verl(scores) -> bool:
     """Whether verl's GRPO gives every response of a group an advantage of exactly 0: more than one score (a lone
     response gets its score as advantage), all equal, and their float32 mean equal to them
     (``verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage`` averages in float32, with or without the
-    standard deviation). Equal scores whose mean rounds, such as eight of 0.3 (mean 0.3 - 3e-8), get an advantage of
-    0.029 from verl: such a group is trained by the dense trainer, so it is kept."""
+    standard deviation). Equal scores whose mean rounds, such as six of 0.3 (mean 0.3 - 3e-8), get an advantage of
+    about 0.03 from verl: such a group is trained by the dense trainer, so it is kept."""
     if len(scores) < 2 or max(scores) != min(scores):
         return False
     values = torch.tensor(list(scores), dtype=torch.float32)
