@@ -70,7 +70,8 @@ def inexact_settings(config) -> list[str]:
         (f"{actor}.ppo_epochs", lambda v: int(v) == 1, "one optimizer step per batch: fewer rows would change "
                                                        "the mini-batches"),
         (f"{actor}.ppo_mini_batch_size", lambda v: int(v) == per_update,
-         f"one optimizer step per batch needs it equal to data.train_batch_size / parameter_sync_step = {per_update}"),
+         f"one optimizer step per batch needs it equal to data.train_batch_size / "
+         f"trainer.v1.sync.parameter_sync_step = {per_update}"),
         (f"{actor}.policy_loss.loss_mode", lambda v: v in EXACT_LOSS_MODES,
          f"exact for {' and '.join(EXACT_LOSS_MODES)}, whose loss is each row's and scales with the advantage"),
         ("algorithm.rollout_correction.rollout_rs", lambda v: v is None, "rejection sampling changes the loss mask"),
