@@ -228,6 +228,26 @@ def test_two_processes_gather_the_rewards_and_select_the_same_prompts(two_proces
     assert np.array_equal(beta - 1, [fail[i] for i in range(beta.size)])
 
 
+
+@pytest.mark.slow
+def test_skip_zero_advantage_on_two_processes_moves_the_model_as_dense_training(two_processes):
+    """rlcurate.interop.trl_skip under DDP (two CPU processes, gloo): each process packs its own rows with signal into
+    as many rows as the other needs, the step runs (TRL gathers per-row metrics: unequal rows would break it), the
+    strategy observed every row either way, and the step is dense training's to 1 % of its norm. Not to rounding as
+    on one process (tests/test_interop_trl_skip.py): here it differs by 0.2 %, and the gradient TRL's loss gives
+    inside these processes also differs from the same loss on the same rows and parameters in a single process (by
+    1e-3 against a largest entry of 0.1, dense rows alike), which is not explained yet."""
+    rec = {(skip, rank): torch.load(two_processes / f"skip{skip}_rank{rank}.pt") for skip in (0, 1) for rank in (0, 1)}
+    for rank in (0, 1):
+        dense, skipping = rec[0, rank], rec[1, rank]
+        assert dense["rows"] == 16 and skipping["rows"] < 16
+        assert dense["alpha"] == skipping["alpha"] and dense["beta"] == skipping["beta"]
+        a, b = (torch.cat([d.flatten() for d in r["moved"]]) for r in (dense, skipping))
+        assert float(a.norm()) > 0 and float((a - b).norm() / a.norm()) < 0.01
+    assert rec[1, 0]["rows"] == rec[1, 1]["rows"]  # as many rows on each process
+    share = rec[1, 0]["log"][0]["rlcurate/skip_rows"]  # over both processes
+    assert share == pytest.approx(1 - (rec[1, 0]["rows"] + rec[1, 1]["rows"]) / 32)
+
 @pytest.mark.slow
 def test_sampler_state_is_saved_with_trl_checkpoints_and_restored(tmp_path, tiny_checkpoint):
     from rlcurate.interop.trl import SAMPLER_STATE_FILE
@@ -459,6 +479,34 @@ tr.train()
 '''
 
 
+_SKIP_WORKER = r"""
+# runs after _WORKER in the same launch: one SGD step (lr 1: the step is the gradient) of INSIGHT with and without
+# skip_zero_advantage; 16 rows per process in two micro-batches of 8
+import torch
+class Counting(CuratedGRPOTrainer):
+    def _compute_loss(self, model, inputs):
+        self.rows_trained = getattr(self, "rows_trained", 0) + len(inputs["advantages"])
+        return super()._compute_loss(model, inputs)
+def reward(prompts, completions, uid, rlcurate_index, **kw):
+    return [T.dapo_reward(u, c, i) for u, c, i in zip(uid, completions, rlcurate_index)]
+for skip in (False, True):
+    cfg = GRPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=8, num_generations=4,
+                     gradient_accumulation_steps=2, steps_per_generation=2, loss_type="grpo",
+                     max_completion_length=6, max_steps=1, beta=0.0, use_cpu=True, ddp_backend="gloo",
+                     report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, optim="sgd",
+                     learning_rate=1.0, lr_scheduler_type="constant", max_grad_norm=0.0,
+                     gradient_checkpointing=False, top_k=0, seed=0)
+    tr = Counting(model=ckpt, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
+                  strategy="insight", skip_zero_advantage=skip)
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    tr.train()
+    b = tr.curation.selector.beliefs
+    torch.save({"moved": [p.detach() - q for p, q in zip(tr.model.parameters(), before)],
+                "rows": tr.rows_trained, "alpha": b.alpha.tolist(), "beta": b.beta.tolist(),
+                "log": [h for h in tr.state.log_history if "rlcurate/skip_rows" in h]},
+               out / f"skip{int(skip)}_rank{os.environ['RANK']}.pt")
+"""
+
 def _torchrun(tmp_path, script: str, ckpt) -> None:
     import os
     import socket
@@ -686,10 +734,10 @@ def test_dro_in_trl_on_two_processes_weights_the_tokens_as_this_packages_dro(two
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory, tiny_checkpoint):
-    """One torchrun launch (two CPU processes, gloo) that trains INSIGHT, DAPO, SAGE-LIGHT and DRO in turn and
+    """One torchrun launch (two CPU processes, gloo) that trains INSIGHT, DAPO, SAGE-LIGHT, DRO and the skip in turn and
     leaves each rank's record in the folder it returns (one launch: the processes' start-up is paid once)."""
     folder = tmp_path_factory.mktemp("two_processes")
-    _torchrun(folder, _WORKER + _DAPO_WORKER + _SAGE_WORKER + _DRO_WORKER, tiny_checkpoint)
+    _torchrun(folder, _WORKER + _DAPO_WORKER + _SAGE_WORKER + _DRO_WORKER + _SKIP_WORKER, tiny_checkpoint)
     return folder
 
 

@@ -94,6 +94,7 @@ from torch.utils.data import Sampler
 
 from rlcurate.interop._core import (PROMPT_LEVEL_STRATEGIES, HostedRow, PromptSelection, check_task_hints,
                                    foreign_parts, problems_by_uid, resolve_selector)
+from rlcurate.interop.trl_skip import ZeroAdvantageSkipping
 
 __all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts",
            "LOSS_TYPE_OF"]
@@ -437,7 +438,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("rlcurate.interop.trl needs TRL: pip install 'rlcurate[trl]'") from exc
 
 
-class CuratedGRPOTrainer(GRPOTrainer):
+class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
     """``trl.GRPOTrainer`` with prompts chosen by an rlcurate strategy and rewards fed back to it.
 
     All arguments of ``GRPOTrainer`` plus:
@@ -452,6 +453,8 @@ class CuratedGRPOTrainer(GRPOTrainer):
             functions receive it as a keyword argument like any other column).
         uid_column: dataset column of stable ids (the prefilter's audit file is matched against it);
             positions when the column is absent.
+        skip_zero_advantage: train each micro-batch without its zero-advantage rows, the update unchanged
+            (:mod:`rlcurate.interop.trl_skip`; the strategy still observes every row).
 
     ``self.curation`` is the :class:`~rlcurate.interop._core.PromptSelection`; ``self.curation_log``
     lists, per observed generation batch, ``{prompt: (successes, trials)}``; with DAPO, ``self.dapo_log`` lists per
@@ -459,7 +462,8 @@ class CuratedGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, strategy="insight", strategy_kwargs: dict | None = None,
-                 index_column: str = "rlcurate_index", uid_column: str = "uid", task=None, **kwargs):
+                 index_column: str = "rlcurate_index", uid_column: str = "uid", task=None,
+                 skip_zero_advantage: bool = False, **kwargs):
         if args:
             raise TypeError("pass GRPOTrainer's arguments by keyword (model=..., reward_funcs=..., ...)")
         train_dataset = kwargs.get("train_dataset")
@@ -482,7 +486,7 @@ class CuratedGRPOTrainer(GRPOTrainer):
         problems = None
         if task is not None and uids is not None:  # a uid the task lacks is refused before the model loads
             problems = problems_by_uid(task, uids, f"the training dataset's column {uid_column!r}")
-        super().__init__(**kwargs)
+        super().__init__(skip_zero_advantage=skip_zero_advantage, **kwargs)
         ds = self.train_dataset
         if len(ds) != len(train_dataset):
             raise RuntimeError(f"TRL's GRPOTrainer changed the training set's size ({len(train_dataset)} -> {len(ds)})")
