@@ -139,7 +139,8 @@ def test_a_dense_trainer_is_told_what_training_groups_without_signal_costs_it(pi
     text = render(a)
     assert f"so rho z / (1 + rho) = {a.dense_waste['share']:.0%}" in text
     assert "PREDICTED: uniform GRPO that skips them reaches the target with" in text
-    assert "in verl 0.9: +data.sampler.skip_zero_advantage=true" in text  # the option that does it (appendix A2)
+    assert "in verl 0.9: +data.sampler.skip_zero_advantage=true" in text  # the options that do it (appendix A2)
+    assert "in TRL 1.16: the mixin rlcurate.interop.trl_skip.ZeroAdvantageSkipping" in text
     assert "skip them before changing the sampler (predicted: " in a.verdict
     assert a.to_dict()["dense_waste"]["share"] == a.dense_waste["share"]
     # measured without the simulation; nothing to say where the trainer already skips them or training is free

@@ -86,7 +86,8 @@ SKIP_NOTE = ("a zero advantage adds nothing to the policy gradient with a group-
              "term: skip those rollouts' forward and backward within each mini-batch, keeping them in its loss "
              "normaliser, and every mini-batch's gradient is unchanged")
 """What makes skipping free, and its conditions (chapter 10, *What a dense trainer should do at rho = 5*)."""
-SKIP_IN_VERL = "+data.sampler.skip_zero_advantage=true on rlcurate's registered trainer (appendix A2)"
+SKIP_OPTIONS = ("in verl 0.9: +data.sampler.skip_zero_advantage=true on rlcurate's registered trainer; in TRL 1.16: "
+                "the mixin rlcurate.interop.trl_skip.ZeroAdvantageSkipping (appendix A2)")
 ORACLE_RUNS = 8
 """Runs per prompt of the oracles' audit when ``oracle_every`` is given (chapter 11's language-model oracles)."""
 
@@ -689,7 +690,7 @@ def render(a: Advice) -> str:
             lines.append(f"PREDICTED: uniform GRPO that skips them reaches the target with {_interval(r)} of its cost; "
                          f"over that cost: {_skipping_vs_rivals(a.sim)}")
         lines.append(f"({SKIP_NOTE}; where a sampler beat uniform GRPO in dense cost, chapters 10 and 11, uniform GRPO "
-                     f"that skipped them was indistinguishable from it; in verl 0.9: {SKIP_IN_VERL})")
+                     f"that skipped them was indistinguishable from it; {SKIP_OPTIONS})")
     lines += ["", "verdict: " + a.verdict]
     lines += [f"warning: {w}" for w in a.warnings]
     if a.predicted:
