@@ -5,6 +5,9 @@
                                        ``RepeatSampler`` contract) and
                                        :class:`~rlcurate.interop.trl.CuratedGRPOTrainer`, which feeds
                                        TRL's rewards back to the strategy
+:mod:`rlcurate.interop.trl_skip`       :class:`~rlcurate.interop.trl_skip.ZeroAdvantageSkipping`, a
+                                       ``GRPOTrainer`` mixin that trains without the zero-advantage rows,
+                                       the update unchanged (``skip_zero_advantage``)
 :mod:`rlcurate.interop.verl`           :class:`~rlcurate.interop.verl.CurationSampler`, a verl
                                        ``AbstractCurriculumSampler`` (``data.sampler.class_path``,
                                        verl 0.5 to 0.7.1)
