@@ -114,16 +114,14 @@ def advantage_scale(loss_type: str, rows: int, new_rows: int, tokens: float, new
 
 @dataclass
 class SkipCount:
-    """What one micro-batch lost: rows, loss tokens and padded positions (prompt plus completion width, per row)."""
+    """What one generation batch lost on one process: rows, loss tokens and padded positions (prompt plus
+    completion width, per row)."""
     rows: int = 0
     dropped_rows: int = 0
     loss_tokens: float = 0.0
     dropped_loss_tokens: float = 0.0
     positions: int = 0
     dropped_positions: int = 0
-
-    def __add__(self, other: "SkipCount") -> "SkipCount":
-        return SkipCount(*(a + b for a, b in zip(self.as_list(), other.as_list())))
 
     def as_list(self) -> list:
         return [self.rows, self.dropped_rows, self.loss_tokens, self.dropped_loss_tokens, self.positions,
@@ -206,11 +204,12 @@ def pack(batches: list[dict], loss_type: str, rows_per_batch: int | None = None)
 
 
 class ZeroAdvantageSkipping:
-    """Mixin for ``trl.GRPOTrainer``: trains each micro-batch without its zero-advantage rows, the update unchanged
-    (module docstring). ``skip_zero_advantage=False`` turns it off. Logs ``rlcurate/skip_rows`` (share of rows
-    dropped), ``rlcurate/skip_loss_token_share`` (share of loss tokens in them), ``rlcurate/skip_padded_token_share``
-    (share of the padded micro-batch positions removed) and ``rlcurate/skip_inexact`` (micro-batches trained whole),
-    summed over processes, per generation batch."""
+    """Mixin for ``trl.GRPOTrainer``: trains each generation batch without its rows that carry no signal, packed
+    into its micro-batches (:func:`pack`), the update unchanged (module docstring). ``skip_zero_advantage=False``
+    turns it off. Logs, per generation batch and over all processes, ``rlcurate/skip_rows`` (share of rows dropped),
+    ``rlcurate/skip_loss_token_share`` (share of loss tokens in them), ``rlcurate/skip_padded_token_share`` (share
+    of the padded micro-batch positions removed) and ``rlcurate/skip_inexact`` (processes that trained the
+    generation batch whole)."""
 
     def __init__(self, *args, skip_zero_advantage: bool = True, **kwargs):
         if not isinstance(skip_zero_advantage, bool):
