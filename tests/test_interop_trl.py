@@ -231,19 +231,19 @@ def test_two_processes_gather_the_rewards_and_select_the_same_prompts(two_proces
 
 @pytest.mark.slow
 def test_skip_zero_advantage_on_two_processes_moves_the_model_as_dense_training(two_processes):
-    """rlcurate.interop.trl_skip under DDP (two CPU processes, gloo): each process packs its own rows with signal into
-    as many rows as the other needs, the step runs (TRL gathers per-row metrics: unequal rows would break it), the
-    strategy observed every row either way, and the step is dense training's to 1 % of its norm. Not to rounding as
-    on one process (tests/test_interop_trl_skip.py): here it differs by 0.2 %, and the gradient TRL's loss gives
-    inside these processes also differs from the same loss on the same rows and parameters in a single process (by
-    1e-3 against a largest entry of 0.1, dense rows alike), which is not explained yet."""
+    """rlcurate.interop.trl_skip under DDP (two CPU processes, gloo, fp32: GRPOConfig's default bf16 autocast rounds
+    differently when the batch's shape changes): each process packs its own rows with signal into as many rows as
+    the other needs, the step runs (TRL gathers per-row metrics: unequal rows would break it), the strategy observed
+    every row either way, and the all-reduced SGD step equals the dense one's."""
     rec = {(skip, rank): torch.load(two_processes / f"skip{skip}_rank{rank}.pt") for skip in (0, 1) for rank in (0, 1)}
     for rank in (0, 1):
         dense, skipping = rec[0, rank], rec[1, rank]
         assert dense["rows"] == 16 and skipping["rows"] < 16
         assert dense["alpha"] == skipping["alpha"] and dense["beta"] == skipping["beta"]
-        a, b = (torch.cat([d.flatten() for d in r["moved"]]) for r in (dense, skipping))
-        assert float(a.norm()) > 0 and float((a - b).norm() / a.norm()) < 0.01
+        scale = max(float(d.abs().max()) for d in dense["moved"])
+        assert scale > 0
+        for a, b in zip(dense["moved"], skipping["moved"]):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale)
     assert rec[1, 0]["rows"] == rec[1, 1]["rows"]  # as many rows on each process
     share = rec[1, 0]["log"][0]["rlcurate/skip_rows"]  # over both processes
     assert share == pytest.approx(1 - (rec[1, 0]["rows"] + rec[1, 1]["rows"]) / 32)
@@ -494,7 +494,7 @@ for skip in (False, True):
                      gradient_accumulation_steps=2, steps_per_generation=2, loss_type="grpo",
                      max_completion_length=6, max_steps=1, beta=0.0, use_cpu=True, ddp_backend="gloo",
                      report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, optim="sgd",
-                     learning_rate=1.0, lr_scheduler_type="constant", max_grad_norm=0.0,
+                     learning_rate=1.0, lr_scheduler_type="constant", max_grad_norm=0.0, bf16=False,
                      gradient_checkpointing=False, top_k=0, seed=0)
     tr = Counting(model=ckpt, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
                   strategy="insight", skip_zero_advantage=skip)
