@@ -127,6 +127,28 @@ def test_the_settings_that_would_change_the_update_are_refused_in_one_line():
         Skipping(model="/nonexistent/model", reward_funcs=lambda **k: [], args=bad, train_dataset=[])
     with pytest.raises(ValueError, match="expected True or False"):
         Skipping(model="/nonexistent/model", reward_funcs=lambda **k: [], args=ok, skip_zero_advantage="yes")
+    uneven = GRPOConfig(output_dir="unused", report_to="none", use_cpu=True, bf16=False, gradient_accumulation_steps=2,
+                        steps_per_generation=3)
+    assert inexact_settings(uneven)[0].startswith("gradient_accumulation_steps=2 with steps_per_generation=3")
+    for accumulation, split in ((1, 4), (4, 2), (3, 3)):  # one divides the other: each step trains whole windows
+        assert inexact_settings(GRPOConfig(output_dir="unused", report_to="none", use_cpu=True, bf16=False,
+                                           gradient_accumulation_steps=accumulation,
+                                           steps_per_generation=split)) == []
+
+
+def test_settings_passed_by_position_and_dropout_are_refused_once_the_model_loads(tiny_checkpoint, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    bad = _config(tmp_path, per_device_train_batch_size=4, beta=0.04)
+    with pytest.raises(ValueError, match="beta=0.04"):  # GRPOConfig as GRPOTrainer's third positional argument
+        Skipping(str(tiny_checkpoint), lambda completions, **k: [0.0] * len(completions), bad,
+                 train_dataset=_dataset(tok), processing_class=tok)
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, attention_dropout=0.1)
+    with pytest.raises(ValueError, match=r"without dropout .*self_attn.attention_dropout=0.1"):
+        Skipping(model=model, reward_funcs=lambda completions, **k: [0.0] * len(completions),
+                 args=_config(tmp_path, per_device_train_batch_size=4), train_dataset=_dataset(tok),
+                 processing_class=tok)
 
 
 # ------------------------------------------------------------------------------------- TRL's own loss
@@ -147,8 +169,9 @@ def _dataset(tok):
 
 
 def _config(tmp_path, **extra):
-    return GRPOConfig(output_dir=str(tmp_path / "trl"), num_generations=4, max_completion_length=6, max_steps=1,
-                      beta=0.0, temperature=1.0, top_k=0, top_p=1.0, use_cpu=True, bf16=False, fp16=False,
+    extra = {"max_steps": 1, "beta": 0.0, **extra}
+    return GRPOConfig(output_dir=str(tmp_path / "trl"), num_generations=4, max_completion_length=6,
+                      temperature=1.0, top_k=0, top_p=1.0, use_cpu=True, bf16=False, fp16=False,
                       use_vllm=False, report_to="none", logging_steps=1, disable_tqdm=True, seed=0,
                       gradient_checkpointing=False, save_strategy="no", **extra)
 
@@ -232,10 +255,12 @@ class Recording(Skipping):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
-def test_one_step_of_trls_loop_moves_the_model_as_dense_training_does(tiny_checkpoint, tmp_path, loss_type):
-    """Four groups of four per generation batch, two micro-batches accumulated, SGD (its step is the gradient, so
-    the parameters' change compares the gradients): the same completions and rewards, fewer rows trained."""
+@pytest.mark.parametrize("loss_type,accumulation,steps", [("dapo", 2, 1), ("grpo", 2, 1), ("grpo", 1, 2)])
+def test_one_step_of_trls_loop_moves_the_model_as_dense_training_does(tiny_checkpoint, tmp_path, loss_type,
+                                                                       accumulation, steps):
+    """Four groups of four per generation batch in two micro-batches, accumulated into one optimizer step or
+    trained as two (each micro-batch packed within its own step), SGD (its step is the gradient, so the parameters'
+    change compares the gradients): the same completions and rewards, fewer rows trained."""
     from transformers import AutoTokenizer
 
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -243,9 +268,9 @@ def test_one_step_of_trls_loop_moves_the_model_as_dense_training_does(tiny_check
     ds = _dataset(tok)
     moved, runs = [], []
     for skip in (False, True):
-        cfg = _config(tmp_path / str(skip), per_device_train_batch_size=8, gradient_accumulation_steps=2,
-                      steps_per_generation=2, loss_type=loss_type, optim="sgd", learning_rate=1.0, lr_scheduler_type="constant",
-                      max_grad_norm=0.0)
+        cfg = _config(tmp_path / str(skip), per_device_train_batch_size=8, gradient_accumulation_steps=accumulation,
+                      steps_per_generation=2, loss_type=loss_type, optim="sgd", learning_rate=1.0,
+                      lr_scheduler_type="constant", max_grad_norm=0.0, max_steps=steps)
         t = Recording(model=str(tiny_checkpoint), reward_funcs=reward, args=cfg, train_dataset=ds,
                       processing_class=tok, skip_zero_advantage=skip)
         before = [p.detach().clone() for p in t.model.parameters()]

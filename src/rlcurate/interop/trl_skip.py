@@ -24,8 +24,8 @@ across processes, so every process trains as many rows per micro-batch as the on
 others fill their places with rows without signal (zero gradient), and the saving shrinks as processes are added
 (``rlcurate/skip_rows`` logs what was dropped, over all processes).
 
-Why the update is unchanged. In TRL 1.16's ``_compute_loss`` the per-token loss of a row is linear in its advantage
-``A`` for a fixed ratio: ``-min(r A, clip(r) A)`` for ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo`` and ``luspo``,
+Why the update is unchanged. In TRL 1.16's ``_compute_loss`` the per-token loss of a row is positively homogeneous
+of degree 1 in its advantage ``A`` for a fixed ratio (a positive factor on ``A`` multiplies it): ``-min(r A, clip(r) A)`` for ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo`` and ``luspo``,
 ``-clip(r) A log pi`` for ``cispo``, ``-s(r) A`` with ``s`` chosen by the sign of ``A`` for ``sapo``; with
 ``A = 0`` it is 0 and so is its gradient, so a dropped row enters only through the normaliser, and the
 accumulated gradient is a sum over rows, each divided by its micro-batch's normaliser. ``dapo`` and ``cispo`` divide
@@ -37,10 +37,16 @@ and TRL's off-policy mask read are unchanged). Dropping the trailing columns tha
 micro-batch changes nothing that is kept: the model is causal and those columns are masked. ``tests/test_interop_trl_skip.py`` checks the gradient on TRL's own
 ``_compute_loss`` for every loss type.
 
-Refused (:func:`inexact_settings`, before the model loads), because each makes a zero-advantage row count: the KL
-term (``beta``), the entropy bonus (``entropy_coef``, ``use_adaptive_entropy``), ``top_entropy_quantile < 1``
-(its token quantile is taken over the micro-batch), ``vespo`` (its weights are not linear in ``A``); after the
-model loads, a router auxiliary loss (a mixture of experts: it is taken over every token present). A generation
+Rows are packed only among the micro-batches one optimizer step accumulates (all of a generation batch's when
+``gradient_accumulation_steps`` is a multiple of ``steps_per_generation``, each window of
+``gradient_accumulation_steps`` when it divides it), so no row changes step. Refused (:func:`inexact_settings`,
+before the model loads when ``args`` is passed by keyword, and again once it has loaded), because each makes a
+zero-advantage row count or moves rows between steps: the KL term (``beta``), the entropy bonus
+(``entropy_coef``, ``use_adaptive_entropy``), ``top_entropy_quantile < 1`` (its token quantile is taken over the
+micro-batch), ``vespo`` (its weights are not proportional to ``A``), accumulation windows that neither divide nor
+are divided by ``steps_per_generation``; once the model has loaded, a router auxiliary loss (a mixture of experts:
+it is taken over every token present) and active dropout (:func:`active_dropout`: its masks depend on the batch's
+shape). A generation
 batch that carries inputs this module cannot split by rows (images) is trained whole, with one warning and
 ``rlcurate/skip_inexact``. What is saved: the training forward and backward of the dropped rows and columns, not
 the generation, not the forward that computes old log-probabilities (``num_iterations > 1``, vLLM's importance
@@ -55,7 +61,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["ZeroAdvantageSkipping", "inexact_settings", "refuse_inexact", "signal_rows", "rows_needed", "pack",
-           "advantage_scale", "unknown_inputs", "SCALE_OF_LOSS", "SkipCount"]
+           "advantage_scale", "unknown_inputs", "active_dropout", "SCALE_OF_LOSS", "SkipCount"]
 
 # what each TRL loss type divides the summed per-token loss by, within one micro-batch: "batch" is fixed before the
 # split (the generation batch's loss tokens), "rows" the micro-batch's rows, "tokens" its loss tokens
@@ -80,6 +86,10 @@ def inexact_settings(args) -> list[str]:
     if getattr(args, "top_entropy_quantile", 1.0) < 1.0:
         bad.append(f"top_entropy_quantile={args.top_entropy_quantile} (its quantile is taken over the micro-batch's "
                    f"tokens, which the dropped rows change)")
+    accumulation, split = getattr(args, "gradient_accumulation_steps", 1), getattr(args, "steps_per_generation", None)
+    if split and accumulation % split and split % accumulation:
+        bad.append(f"gradient_accumulation_steps={accumulation} with steps_per_generation={split} (one of them must "
+                   f"divide the other, so that each optimizer step trains whole groups of micro-batches)")
     loss = getattr(args, "loss_type", "dapo")
     if loss not in SCALE_OF_LOSS:
         bad.append(f"loss_type={loss!r} (its weights are not linear in the advantage; supported: "
@@ -166,8 +176,8 @@ def pack(batches: list[dict], loss_type: str, rows_per_batch: int | None = None)
     whole = {k: torch.cat([b[k] for b in batches]) for k in per_row}
     masks = [_loss_mask(b) for b in batches]
     dense_tokens = torch.cat([torch.full((n,), float(m.sum())) for m in masks])
-    signal = torch.cat([signal_rows(b) for b in batches])
-    attended = whole["prompt_mask"].sum(dim=1) + whole["completion_mask"].sum(dim=1)
+    signal = torch.cat([signal_rows(b) for b in batches]).cpu()  # read row by row below: one transfer
+    attended = (whole["prompt_mask"].sum(dim=1) + whole["completion_mask"].sum(dim=1)).cpu()
     places = len(batches) * min(rows_per_batch or rows_needed(batches), n)
     chosen = signal.nonzero(as_tuple=True)[0].tolist()
     if len(chosen) > places:
@@ -183,14 +193,15 @@ def pack(batches: list[dict], loss_type: str, rows_per_batch: int | None = None)
         columns = whole["completion_mask"][rows].sum(dim=0).nonzero()
         new_width = int(columns.max()) + 1 if len(columns) else 1
         new_tokens = float(mask[rows].sum())
-        factor = torch.tensor([advantage_scale(loss_type, n, size, float(dense_tokens[i]), new_tokens) for i in rows])
+        factor = [advantage_scale(loss_type, n, size, float(dense_tokens[i]), new_tokens) for i in rows.tolist()]
         micro = {k: v for k, v in batches[0].items() if v is None or k in SCALARS}
         for key in per_row:
             value = whole[key][rows]
             if key in COMPLETION_WIDTH and value.dim() == 2 and value.shape[1] == width:
                 value = value[:, :new_width]
             if key == "advantages":
-                value = value * factor.to(value.dtype).reshape(-1, *([1] * (value.dim() - 1)))
+                scale = torch.tensor(factor, dtype=value.dtype, device=value.device)
+                value = value * scale.reshape(-1, *([1] * (value.dim() - 1)))
             micro[key] = value
         out.append(micro)
     total_rows = len(batches) * n
@@ -201,6 +212,19 @@ def pack(batches: list[dict], loss_type: str, rows_per_batch: int | None = None)
                       positions=total_rows * (prompt_width + width),
                       dropped_positions=total_rows * (prompt_width + width) - kept_positions)
     return out, count
+
+
+def active_dropout(model) -> list[str]:
+    """The dropout in ``model`` that is active in training: ``nn.Dropout`` modules with p > 0 and modules whose
+    ``attention_dropout`` (passed to the attention kernel by Qwen2, Llama and others) is above 0, by name."""
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            found.append(f"{name or 'model'} (p={module.p})")
+        rate = getattr(module, "attention_dropout", 0.0)
+        if isinstance(rate, float) and rate > 0:
+            found.append(f"{name or 'model'}.attention_dropout={rate}")
+    return found
 
 
 class ZeroAdvantageSkipping:
@@ -215,14 +239,24 @@ class ZeroAdvantageSkipping:
         if not isinstance(skip_zero_advantage, bool):
             raise ValueError(f"skip_zero_advantage={skip_zero_advantage!r}: expected True or False")
         self.skip_zero_advantage = skip_zero_advantage
-        if skip_zero_advantage and kwargs.get("args") is not None:  # TRL's default GRPOConfig is exact
+        if skip_zero_advantage and kwargs.get("args") is not None:  # before the model loads (TRL's default is exact)
             refuse_inexact(kwargs["args"])
         self._skip_warned = False
         super().__init__(*args, **kwargs)
-        if skip_zero_advantage and getattr(self, "aux_loss_enabled", False):
+        if not skip_zero_advantage:
+            return
+        refuse_inexact(self.args)  # GRPOConfig passed by position
+        if getattr(self, "aux_loss_enabled", False):
             raise ValueError("skip_zero_advantage leaves TRL's update unchanged only without a router auxiliary loss "
                              "(the model is a mixture of experts: set router_aux_loss_coef=0.0 or leave "
                              "skip_zero_advantage off)")
+        dropout = active_dropout(self.model)
+        if dropout:
+            raise ValueError(f"skip_zero_advantage leaves TRL's update unchanged only without dropout (its masks "
+                             f"depend on the batch's shape): {', '.join(dropout[:3])}"
+                             f"{f' and {len(dropout) - 3} more' if len(dropout) > 3 else ''}; set "
+                             f"disable_dropout=True in GRPOConfig (nn.Dropout) and attention_dropout=0 in the model's "
+                             f"config")
 
     def _prepare_inputs(self, generation_batch):
         buffered = self._buffered_inputs
@@ -236,16 +270,26 @@ class ZeroAdvantageSkipping:
                           f"({', '.join(unknown)}); such generation batches are trained whole (rlcurate/skip_inexact)",
                           stacklevel=2)
             self._skip_warned = True
-        # every process trains as many rows per micro-batch as the process that needs the most
-        need = len(batches[0]["advantages"]) if unknown else rows_needed(batches)
+        # micro-batches that one optimizer step accumulates are packed together (inexact_settings refuses the
+        # accumulation windows that cut a generation batch unevenly); every process trains as many rows per
+        # micro-batch of a window as the process that needs the most
+        window = min(self.args.gradient_accumulation_steps, len(batches))
+        windows = [batches[i:i + window] for i in range(0, len(batches), window)]
+        need = [len(batches[0]["advantages"]) if unknown else rows_needed(w) for w in windows]
         device = self.accelerator.device
-        per_batch = int(self.accelerator.gather(torch.tensor([need], device=device)).max())
+        most = self.accelerator.gather(torch.tensor(need, device=device)).reshape(-1, len(windows)).amax(dim=0)
         if unknown:
             treated = batches
-            total = SkipCount(rows=len(batches) * need, loss_tokens=float(sum(_loss_mask(b).sum() for b in batches)),
+            total = SkipCount(rows=sum(len(b["advantages"]) for b in batches),
+                              loss_tokens=float(sum(_loss_mask(b).sum() for b in batches)),
                               positions=sum(b["prompt_ids"].numel() + b["completion_ids"].numel() for b in batches))
         else:
-            treated, total = pack(batches, self.loss_type, rows_per_batch=per_batch)
+            treated, counts = [], []
+            for w, rows in zip(windows, most.tolist()):
+                packed, count = pack(w, self.loss_type, rows_per_batch=rows)
+                treated += packed
+                counts.append(count.as_list())
+            total = SkipCount(*(sum(c[k] for c in counts) for k in range(len(counts[0]))))
         inexact = int(bool(unknown))
         self._buffered_inputs = treated
         sums = self.accelerator.reduce(torch.tensor(total.as_list() + [inexact], dtype=torch.float64, device=device),
