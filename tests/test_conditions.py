@@ -42,7 +42,13 @@ def test_ratio_table_bounds_censoring_holm_and_the_published_gain():
     assert set(t) == {"same", "slow", "miss", "uniform_aa"}
     same, slow, miss = t["same"], t["slow"], t["miss"]
     assert same.covers_one and 0 < same.saving_bound < 0.05  # saves at most a few per cent
+    assert 0 < same.extra_cost_bound < 0.05  # and costs at most a few per cent more
+    # the one-sided bounds sit inside the two-sided interval, symmetric about the ratio on the log scale
+    assert same.low < 1 - same.saving_bound < same.ratio < 1 + same.extra_cost_bound < same.high
+    assert math.log(1 + same.extra_cost_bound) - math.log(same.ratio) == pytest.approx(
+        math.log(same.ratio) - math.log(1 - same.saving_bound))
     assert slow.ratio == pytest.approx(2.0) and slow.saving_bound == pytest.approx(-1.0)
+    assert slow.extra_cost_bound == pytest.approx(1.0)
     assert slow.saving_text == "none" and same.saving_text == f"{same.saving_bound:.0%}" != "0%"  # never "-100%"
     assert same.p_published < 0.001  # "twice as fast" is excluded
     assert miss.censored == 2  # never reached: counted at the budget

@@ -467,6 +467,9 @@ class Ratio:
     p_published: float = float("nan")
     """One-sided p-value of "the arm's ratio is at least the published one" (the gain is smaller than
     its paper's): small means the published gain is excluded; nan without a published figure."""
+    extra_cost_bound: float = float("nan")
+    """The largest extra share of the baseline's rollouts the arm can need that the data do not exclude: the
+    one-sided upper bound of the ratio at the table's level, minus 1 (negative: the arm saves beyond noise)."""
 
     @property
     def covers_one(self) -> bool:
@@ -509,12 +512,13 @@ def ratio_table(values: Mapping[str, Mapping[int, float]], baseline: str = "unif
     for arm, r in table.items():
         seeds = sorted(set(logs[arm]) & set(logs[baseline]))
         q = float(stats.t.ppf(level, r.n - 1))
-        lower_one_sided = r.mean - q * r.sd / math.sqrt(r.n)
+        lower_one_sided, upper_one_sided = (r.mean + sign * q * r.sd / math.sqrt(r.n) for sign in (-1, 1))
         p_pub = float("nan")
         if published and arm in published:
             z = (r.mean - math.log(published[arm])) / (r.sd / math.sqrt(r.n)) if r.sd > 0 else math.inf
             p_pub = float(stats.t.sf(z, r.n - 1))
         out[arm] = Ratio(r.n, math.exp(r.mean), math.exp(r.low), math.exp(r.high), r.p_t, r.p_holm,
                          1.0 - math.exp(lower_one_sided),
-                         sum(censored[arm][s] or base_cens[s] for s in seeds), p_pub)
+                         sum(censored[arm][s] or base_cens[s] for s in seeds), p_pub,
+                         math.exp(upper_one_sided) - 1.0)
     return out
