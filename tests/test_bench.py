@@ -53,7 +53,7 @@ def test_summary_and_paired_ratio():
     assert calls == ["a", "b"] * 3 and [len(t) for t in times] == [2, 2]
 
 
-@pytest.mark.parametrize("name", ["trl_step.json", "generate.json", "audit.json"])
+@pytest.mark.parametrize("name", ["trl_step.json", "generate.json", "audit.json", "trl_skip.json"])
 def test_result_files_record_versions_machine_and_date(name):
     path = REPO / "data" / "bench" / name
     if not path.exists():
@@ -65,7 +65,9 @@ def test_result_files_record_versions_machine_and_date(name):
     # every ratio the file states is the ratio of the medians it records (rounded to 4 digits as written)
     pairs = {"trl_step.json": [(rec.get("rlcurate"), rec.get("trl"), rec.get("rlcurate_over_trl"), "step")],
              "audit.json": [(rec.get("audit"), rec.get("bare"), rec.get("audit_over_bare"), None)],
-             "generate.json": [(r["engine"], r["generate"], r["engine_over_generate"], None) for r in rec.get("results", [])]}[name]
+             "generate.json": [(r["engine"], r["generate"], r["engine_over_generate"], None) for r in rec.get("results", [])],
+             "trl_skip.json": [(rec.get("packed_total"), rec.get("dense_total"), rec.get("packed_over_dense"), None)]
+             + [(b["packed"], b["dense"], b["packed_over_dense"], None) for b in rec.get("generation_batches", [])]}[name]
     assert pairs and all(num and den and ratio for num, den, ratio in (p[:3] for p in pairs)), f"{name}: no timed pair"
     for num, den, ratio, key in pairs:
         num, den = (num[key], den[key]) if key else (num, den)
@@ -73,6 +75,16 @@ def test_result_files_record_versions_machine_and_date(name):
         q1, q3 = ratio["paired_ratio_q1_q3"]
         assert q1 <= ratio["median_paired_ratio"] <= q3 and num["min_s"] <= num["median_s"] <= num["max_s"]
 
+
+
+def test_the_trl_skip_benchmark_timed_the_same_gradient():
+    path = REPO / "data" / "bench" / "trl_skip.json"
+    if not path.exists():
+        pytest.skip(f"{path} has not been produced (bench/bench_trl_skip.py writes it)")
+    batches = json.loads(path.read_text())["generation_batches"]
+    assert batches and all(b["max_abs_gradient_difference"] <= 1e-5 * b["max_abs_gradient"]
+                           for b in batches)
+    assert sum(b["rows_dropped"] for b in batches) > 0
 
 @pytest.mark.notebook
 @pytest.mark.slow
