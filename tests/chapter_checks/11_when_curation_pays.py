@@ -140,3 +140,18 @@ def check(records):
         dense = ss["secondary, both cost_dense"]  # against densely trained uniform the samplers save
         assert all(dense[a]["high"] < 1 for a in ("dapo", "greso")), dense
         assert abs(ss["uniform skipping over dense"]["ratio"] - 0.63) < 0.005
+    # the declared interval study on the hard pool (curation_pays_hard_skip, 24 new seeds): GRESO costs more than
+    # uniform GRPO that skips, beyond noise after Holm; DAPO indistinguishable from noise, its one-sided bound
+    # excluding any saving; the A/A control covers 1; the numbers the text quotes
+    hs = records.get("hard_skip")
+    if hs:
+        primary = hs["primary"]
+        greso, dapo, aa = primary["greso"], primary["dapo"], primary["uniform_order6_aa"]
+        assert abs(greso["ratio"] - 1.56) < 0.005 and greso["low"] > 1 and greso["p_holm"] < 0.05, greso
+        assert greso["seeds"] == dapo["seeds"] == 24 and greso["stopped"] == 2 and dapo["stopped"] == 0
+        assert abs(dapo["ratio"] - 1.33) < 0.005 and dapo["low"] < 1 < dapo["high"] and dapo["p_holm"] >= 0.05, dapo
+        assert dapo["saving_bound"] < 0 and abs(dapo["extra_cost_bound"] - 0.73) < 0.005, dapo
+        assert abs(greso["extra_cost_bound"] - 0.97) < 0.005 and aa["low"] < 1 < aa["high"], primary
+        dense = hs["secondary, both cost_dense"]
+        assert abs(dense["dapo"]["ratio"] - 0.68) < 0.005 and abs(dense["greso"]["ratio"] - 0.79) < 0.005, dense
+        assert abs(hs["uniform skipping over dense"]["ratio"] - 0.51) < 0.005
