@@ -11,7 +11,7 @@ largest difference (it must be float32 rounding), and the paired time ratio pack
 over all of them (median of per-round ratios of the summed times). Currency: wall time of the training passes on
 one thread, not the step (generation is unchanged), on an idle machine.
 
-    .venv/bin/python bench/bench_trl_skip.py --out data/bench/trl_skip.json
+    .venv/bin/python bench/bench_trl_skip.py --steps 6 --out data/bench/trl_skip.json
 """
 
 from __future__ import annotations
