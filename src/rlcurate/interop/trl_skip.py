@@ -165,9 +165,9 @@ def pack(batches: list[dict], loss_type: str, rows_per_batch: int | None = None)
     micro-batch to its new one. Where there are fewer rows with signal than places, the rows without it that attend
     to the fewest positions fill them (their gradient is zero). Raises ``KeyError`` naming the inputs it cannot
     split by rows (the caller trains such a generation batch whole)."""
-    for b in batches:
-        if unknown_inputs(b):
-            raise KeyError(", ".join(unknown_inputs(b)))
+    unknown = sorted({k for b in batches for k in unknown_inputs(b)})
+    if unknown:
+        raise KeyError(", ".join(unknown))
     n, width, prompt_width = len(batches[0]["advantages"]), batches[0]["completion_ids"].shape[1], \
         batches[0]["prompt_ids"].shape[1]
     if any(len(b["advantages"]) != n or b["completion_ids"].shape[1] != width for b in batches):
