@@ -151,6 +151,36 @@ def test_settings_passed_by_position_and_dropout_are_refused_once_the_model_load
                  processing_class=tok)
 
 
+
+def test_a_router_auxiliary_loss_and_nn_dropout_are_refused_once_the_model_loads(tiny_checkpoint, tmp_path):
+    """A mixture of experts whose load-balancing loss is on (taken over every token present, so it changes with
+    the rows trained) and an ``nn.Dropout`` with p > 0 are refused; each accepted once the setting the message
+    names is applied (``router_aux_loss_coef=0.0``; ``disable_dropout=True``, which TRL applies on loading)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from rlcurate.interop.trl_skip import active_dropout
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    common = dict(reward_funcs=lambda completions, **k: [0.0] * len(completions), train_dataset=_dataset(tok),
+                  processing_class=tok)
+    moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                             moe_intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                             router_aux_loss_coef=0.001))
+    with pytest.raises(ValueError, match="without a router auxiliary loss .*router_aux_loss_coef=0.0"):
+        Skipping(model=moe, args=_config(tmp_path, per_device_train_batch_size=4), **common)
+    assert Skipping(model=moe, args=_config(tmp_path, per_device_train_batch_size=4, router_aux_loss_coef=0.0),
+                    **common).skip_zero_advantage
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    model.model.extra_dropout = torch.nn.Dropout(0.1)
+    model.model.idle_dropout = torch.nn.Dropout(0.0)
+    assert active_dropout(model) == ["model.extra_dropout (p=0.1)"]
+    with pytest.raises(ValueError, match=r"without dropout .*model\.extra_dropout \(p=0\.1\).*disable_dropout=True"):
+        Skipping(model=model, args=_config(tmp_path, per_device_train_batch_size=4), **common)
+    trainer = Skipping(model=model, args=_config(tmp_path, per_device_train_batch_size=4, disable_dropout=True),
+                       **common)
+    assert active_dropout(trainer.model) == []
+
 # ------------------------------------------------------------------------------------- TRL's own loss
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
@@ -255,12 +285,15 @@ class Recording(Skipping):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss_type,accumulation,steps", [("dapo", 2, 1), ("grpo", 2, 1), ("grpo", 1, 2)])
+@pytest.mark.parametrize("loss_type,accumulation,steps,iterations", [("dapo", 2, 1, 1), ("grpo", 2, 1, 1),
+                                                                     ("grpo", 1, 2, 1), ("dapo", 2, 2, 2)])
 def test_one_step_of_trls_loop_moves_the_model_as_dense_training_does(tiny_checkpoint, tmp_path, loss_type,
-                                                                       accumulation, steps):
+                                                                       accumulation, steps, iterations):
     """Four groups of four per generation batch in two micro-batches, accumulated into one optimizer step or
     trained as two (each micro-batch packed within its own step), SGD (its step is the gradient, so the parameters'
-    change compares the gradients): the same completions and rewards, fewer rows trained."""
+    change compares the gradients): the same completions and rewards, fewer rows trained. With
+    ``num_iterations=2`` the packed micro-batches are trained twice, the second time against the old
+    log-probabilities taken at generation (the ratio away from 1)."""
     from transformers import AutoTokenizer
 
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -270,7 +303,7 @@ def test_one_step_of_trls_loop_moves_the_model_as_dense_training_does(tiny_check
     for skip in (False, True):
         cfg = _config(tmp_path / str(skip), per_device_train_batch_size=8, gradient_accumulation_steps=accumulation,
                       steps_per_generation=2, loss_type=loss_type, optim="sgd", learning_rate=1.0,
-                      lr_scheduler_type="constant", max_grad_norm=0.0, max_steps=steps)
+                      lr_scheduler_type="constant", max_grad_norm=0.0, max_steps=steps, num_iterations=iterations)
         t = Recording(model=str(tiny_checkpoint), reward_funcs=reward, args=cfg, train_dataset=ds,
                       processing_class=tok, skip_zero_advantage=skip)
         before = [p.detach().clone() for p in t.model.parameters()]
@@ -285,8 +318,13 @@ def test_one_step_of_trls_loop_moves_the_model_as_dense_training_does(tiny_check
     n_dense = sum(len(b["advantages"]) for b in dense.micro_batches)
     n_kept = sum(len(b["advantages"]) for b in skipping.micro_batches)
     zero = sum(int((b["advantages"] == 0).sum()) for b in dense.micro_batches)
-    assert n_dense == 16 and 0 < zero < 16 and n_kept == 16 - zero + sum(
+    assert n_dense == 16 * iterations and 0 < zero < n_dense and n_kept == n_dense - zero + sum(
         int((b["advantages"] == 0).all()) for b in skipping.micro_batches)
+    if iterations > 1:  # the second pass is the first's micro-batches again, against the generation's log-probs
+        half = len(skipping.micro_batches) // 2
+        first, second = skipping.micro_batches[:half], skipping.micro_batches[half:]
+        assert all(torch.equal(a["completion_ids"], b["completion_ids"]) for a, b in zip(first, second))
+        assert all(torch.equal(a["old_per_token_logps"], b["old_per_token_logps"]) for a, b in zip(first, second))
     logged = next(h for h in skipping.state.log_history if "rlcurate/skip_rows" in h)
     assert logged["rlcurate/skip_rows"] == pytest.approx((n_dense - n_kept) / n_dense)
     assert logged["rlcurate/skip_inexact"] == 0 and 0 < logged["rlcurate/skip_padded_token_share"] < 1
