@@ -4,14 +4,18 @@ With B prompts, n_i rollouts each and the baselined estimator of grad J_f
 
     g_hat = (1/B) sum_i f'(p_i) (1/n_i) sum_j (r_ij - p_i) grad log pi(a_ij | x_i),
 
-the variance is, up to the common factor 1/B^2 and the gradient-norm scale sigma_i^2,
+the variance is, up to the common factor 1/B^2,
 
-    V(n) = sum_i c_i / n_i,     c_i = f'(p_i)^2 p_i (1 - p_i) sigma_i^2.
+    V(n) = sum_i c_i / n_i,     c_i = f'(p_i)^2 p_i (1 - p_i) s_i,
 
-Minimising V subject to sum_i n_i = N gives the Lagrange solution n_i* proportional to sqrt(c_i) =
-f'(p_i) sqrt(p_i (1 - p_i)) sigma_i. For GRPO's arcsin objective sqrt(c_i) is constant: uniform
-allocation is already optimal. :func:`optimal_allocation` solves the *integer* problem with bounds
-exactly (greedy marginal allocation is optimal for a separable convex objective).
+where p_i (1 - p_i) s_i is the variance of one rollout's term (r - p_i) grad log pi: exactly
+s_i = E[(r - p_i)^2 ||grad log pi||^2] / (p_i (1 - p_i)), and s_i = 1 in the idealised model that takes the
+score's size as the same for every prompt and independent of the reward. Minimising V subject to
+sum_i n_i = N gives the Lagrange solution n_i* proportional to sqrt(c_i) = f'(p_i) sqrt(p_i (1 - p_i) s_i). For
+GRPO's arcsin objective sqrt(c_i) is constant in the idealised model, so there uniform allocation is optimal;
+with the exact s_i it is not (chapter 3's oracle beats it). Passing E||grad log pi||^2 alone as s_i is worse
+than either (chapter 3, the ablation of the variance model). :func:`optimal_allocation` solves the *integer*
+problem with bounds exactly (greedy marginal allocation is optimal for a separable convex objective).
 
 GVM (Yao et al., 2025) allocates n_i proportional to G_i / sqrt(p_i + alpha / p_i^(beta - 1)), with
 G_i a measured gradient norm (:func:`gvm_allocation`). :func:`escalation_cost` prices a tiered
@@ -41,10 +45,13 @@ __all__ = [
 
 
 def variance_coefficients(p, objective: str | Objective = "linear", grad_sq_norm=None):
-    """c_i = f'(p_i)^2 p_i (1 - p_i) sigma_i^2, the per-prompt variance coefficient (chapter 3).
+    """c_i = f'(p_i)^2 p_i (1 - p_i) s_i, the per-prompt variance coefficient (chapter 3).
 
-    ``grad_sq_norm`` is sigma_i^2 = E||grad log pi||^2 per prompt (default 1 for every prompt).
-    f' is evaluated at the clipped pass rate of the objective, so c_i is always finite.
+    ``grad_sq_norm`` is s_i, the per-prompt multiplier of p_i (1 - p_i) in one rollout's variance (default 1
+    for every prompt, the idealised model): for the exact variance pass
+    E[(r - p_i)^2 ||grad log pi||^2] / (p_i (1 - p_i)). E||grad log pi||^2 alone ignores how the score's size
+    depends on the reward and misleads the allocation (chapter 3). f' is evaluated at the clipped pass rate of
+    the objective, so c_i is always finite.
     """
     obj = get_objective(objective)
     p_arr = _pass_rates_1d(p)
@@ -96,7 +103,8 @@ def optimal_allocation(p, budget: int, objective: str | Objective = "linear", n_
     """Integer rollouts per prompt minimising V(n) = sum_i c_i / n_i with sum_i n_i = budget and
     n_min <= n_i <= n_max (chapter 3).
 
-    The unconstrained solution is n_i proportional to f'(p_i) sqrt(p_i (1 - p_i)) sigma_i; this
+    The unconstrained solution is n_i proportional to f'(p_i) sqrt(p_i (1 - p_i) s_i), with s_i =
+    ``grad_sq_norm`` (:func:`variance_coefficients`); this
     function returns the exact integer optimum: start every prompt at n_min and hand out the
     remaining rollouts one at a time to the prompt whose variance drops most, c_i / (n_i (n_i + 1)).
     Ties (for example the arcsin objective, or prompts at p = 0 or 1 with c_i = 0) go round-robin

@@ -98,7 +98,8 @@ class Objective:
         return self.weight(smooth_pass_rate(successes, trials, alpha, beta))
 
     def allocation_profile(self, p):
-        """w(p) sqrt(p (1 - p)): the optimal rollouts per prompt are proportional to it (chapter 3)."""
+        """w(p) sqrt(p (1 - p)): the optimal rollouts per prompt are proportional to it when one rollout's
+        variance is proportional to p (1 - p) (the idealised model of chapter 3)."""
         q = np.asarray(clip_pass_rate(p, self.delta), dtype=float)
         return scalar_or_array(self._w(q) * np.sqrt(q * (1 - q)), p)
 
