@@ -205,3 +205,61 @@ def test_the_curriculum_sampler_reads_the_hint_level_the_wrapper_writes():
     beliefs = sampler.selection.selector.beliefs
     assert sampler.last_update == {0: (2, 4), 1: (0, 4)}
     assert (beliefs.alpha[:2].tolist(), beliefs.beta[:2].tolist()) == ([3.0, 1.0], [3.0, 5.0])  # 3 of 4 hinted: not counted
+
+
+def _fit_batch(out, ids, n):
+    """What fit() hands the curriculum sampler: the wrapper's output united with the step's prompts (their
+    ``index``) and verl's token-level scores."""
+    keys = DataProto.from_dict(tensors={"dummy_tensor": torch.zeros(len(ids), 1, dtype=torch.uint8)},
+                               non_tensors={"index": np.array(ids, dtype=object)})
+    united = keys.repeat(repeat_times=n, interleave=True).union(out)
+    united.batch["token_level_scores"] = out.batch["rm_scores"]
+    return united
+
+
+@pytest.mark.parametrize("evidence", ["generated", "trained"])
+def test_a_selector_in_front_of_the_wrapper_learns_from_what_was_generated(evidence):
+    """INSIGHT as verl's curriculum sampler in front of Ada-Seq and of SAGE: its beliefs move by each prompt's whole
+    unhinted pool (Ada-Seq: every round; SAGE: the level-0 group of a rescued prompt), as in this package's trainer,
+    not by the kept rows (balanced Ada-Seq keeps n/2 positives whatever the pass rate)."""
+    from omegaconf import OmegaConf
+
+    from rlcurate.interop.verl import CurationSampler
+
+    n, ids = 4, [3, 0, 5, 2]
+    rate = {0: 0.5, 2: 0.0, 3: 0.9, 5: 0.15}
+    raw = {i: [{"role": "user", "content": f"q{i}"}] for i in rate}
+    kwargs = {"round_repeat": 8, "max_rounds": 4}
+    out = CuratedRollout(Manager(rate), "ada_seq_balanced", n=n, strategy_kwargs=kwargs).generate_sequences(
+        prompts(ids, n, raw))
+    kept = reference(build_curator("ada_seq_balanced", **kwargs), ids, n, rate)
+    cfg = OmegaConf.create({"sampler": {"strategy": "insight", "group_size": n, "seed": 0,
+                                        "strategy_kwargs": {"evidence": evidence}}, "train_batch_size": 2})
+    sampler = CurationSampler(list(range(6)), cfg)
+    sampler.update(_fit_batch(out, ids, n))
+    pools = {g.index: (int(g.pool_successes), g.pool_size) for g in kept}
+    assert sampler.last_update == pools
+    assert {s / k for s, k in pools.values()} != {0.5}  # the kept rows alone would say 1/2 for every prompt
+    beliefs = sampler.selection.selector.beliefs
+    for i, (s, k) in pools.items():
+        assert (beliefs.alpha[i], beliefs.beta[i]) == (1 + s, 1 + k - s), i
+
+    # SAGE: prompt 0 fails unhinted (level 0: 0 of 4) and is rescued by a hint; with hinted_evidence="failures"
+    # the hinted failures count too when the generated groups are the evidence
+    task = get_task("arithmetic", style="chat", levels=["add2", "mul2x1"], n_train=8, n_test=4)
+    train = task.problems("train")
+    problems = {i: train[i] for i in range(4)}
+    plain = {i: task.messages(problems[i]) for i in problems}
+    rate, hinted = {0: 0.0, 1: 0.5, 2: 0.5, 3: 0.5}, {0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5}
+    wrapped = CuratedRollout(Manager(rate, hinted, plain), "sage", n=n, strategy_kwargs={"hint_mode": "user"},
+                             task=task, problems=problems)
+    out = wrapped.generate_sequences(prompts([0, 1, 2, 3], n, plain))
+    levels = out.non_tensor_batch["hint_level"].reshape(4, n)[:, 0]
+    assert levels[0] > 0 and list(out.non_tensor_batch["pool_size"].reshape(4, n)[:, 0]) == [n, 0, 0, 0]
+    cfg.sampler.strategy_kwargs = {"evidence": evidence, "hinted_evidence": "failures"}
+    sampler = CurationSampler(list(range(6)), cfg)
+    sampler.update(_fit_batch(out, [0, 1, 2, 3], n))
+    hinted_failures = int((out.batch["rm_scores"].sum(-1)[:n] < 1).sum())
+    a, b = sampler.selection.selector.beliefs.alpha[0], sampler.selection.selector.beliefs.beta[0]
+    assert 0 < hinted_failures < n and sampler.last_update[0] == (0, n) and a == 1
+    assert b == 1 + n + (hinted_failures if evidence == "generated" else 0)

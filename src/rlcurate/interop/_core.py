@@ -205,33 +205,65 @@ class PromptSelection:
         return chosen
 
     def observe(self, indices: Sequence[int], rewards: Sequence[float],
-                hint_levels: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
+                hint_levels: Sequence[int] | None = None, pool_successes: Sequence[float] | None = None,
+                pool_sizes: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
         """Feed back one batch of scored completions: ``indices[j]`` is the pool position of completion
         j's prompt, ``rewards[j]`` its reward (NaN: unscored, ignored), ``hint_levels[j]`` the hint level its
         prompt carried (SAGE, chapter 7; default 0: the selector's own rule decides what a hinted group
-        says). The completions of a prompt at one hint level form one group, in the given order. Returns
-        ``{prompt: (successes, trials)}`` at the selector's success threshold (for logs and tests)."""
+        says). The completions of a prompt at one hint level form one group, in the given order.
+
+        ``pool_successes[j]`` and ``pool_sizes[j]`` (size 0: none) are the unhinted rollouts generated for
+        completion j's prompt this step when the batch holds only some of them (:class:`Group`'s fields of the
+        same names: Reinforce-Ada's whole pool, SAGE's level-0 group of a rescued prompt, as
+        :mod:`rlcurate.interop.verl_rollout` writes them). A group with them is observed as this package's
+        trainer observes it: its evidence is the pool's, and the generated groups (``evidence="generated"``)
+        hold the pool, as an unhinted group, in place of the group's own rows, plus the group itself when it is
+        hinted. Returns ``{prompt: (successes, trials)}`` of the unhinted evidence at the selector's success
+        threshold (for logs and tests)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         r = np.asarray(rewards, dtype=float).reshape(-1)
         lv = np.zeros(idx.shape, dtype=np.int64) if hint_levels is None else np.asarray(hint_levels, np.int64).reshape(-1)
         if idx.shape != r.shape or lv.shape != idx.shape:
             raise ValueError(f"{idx.size} indices for {r.size} rewards and {lv.size} hint levels")
+        if (pool_successes is None) != (pool_sizes is None):
+            raise ValueError("pool_successes and pool_sizes go together")
+        ps = np.zeros(idx.shape) if pool_successes is None else np.asarray(pool_successes, dtype=float).reshape(-1)
+        pn = np.zeros(idx.shape, np.int64) if pool_sizes is None else np.asarray(pool_sizes, np.int64).reshape(-1)
+        if ps.shape != idx.shape or pn.shape != idx.shape:
+            raise ValueError(f"{idx.size} indices for {ps.size} pool successes and {pn.size} pool sizes")
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_items):
             raise ValueError(f"prompt indices must lie in [0, {self.n_items}), got {int(idx.min())}..{int(idx.max())}")
         keep = ~np.isnan(r)
-        idx, r, lv = idx[keep], r[keep], lv[keep]
+        idx, r, lv, ps, pn = idx[keep], r[keep], lv[keep], ps[keep], pn[keep]
         threshold = float(getattr(self.selector, "success_threshold", 1.0))
-        groups, counts = [], {}
+        groups, generated, counts = [], [], {}
+
+        def count(i, successes, trials):
+            s0, n0 = counts.get(i, (0, 0))
+            counts[i] = (s0 + int(successes), n0 + int(trials))
+
         for i, level in dict.fromkeys(zip(idx.tolist(), lv.tolist())):
             at = (idx == i) & (lv == level)
             ri = r[at]
-            groups.append(Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * ri.size,
-                                rewards=ri, generated=int(ri.size), hint_level=int(level)))
-            if level == 0:
-                s0, n0 = counts.get(int(i), (0, 0))
-                counts[int(i)] = (s0 + int(np.sum(ri >= threshold)), n0 + int(ri.size))
+            group = Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * ri.size,
+                          rewards=ri, generated=int(ri.size), hint_level=int(level))
+            groups.append(group)
+            size = int(pn[at][0])
+            if size > 0:
+                group.pool_successes, group.pool_size = float(ps[at][0]), size
+                successes = int(round(group.pool_successes))
+                generated.append(Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * size,
+                                       rewards=np.r_[np.ones(successes), np.zeros(size - successes)],
+                                       generated=size, hint_level=0))
+                count(int(i), successes, size)
+                if level > 0:
+                    generated.append(group)
+            else:
+                generated.append(group)
+                if level == 0:
+                    count(int(i), np.sum(ri >= threshold), ri.size)
         ctx = self.context(self.observed, max(len(groups), 1))
-        ctx.generated_groups = groups
+        ctx.generated_groups = generated
         self.selector.observe(ctx, groups)
         self.observed += 1
         return counts

@@ -203,24 +203,28 @@ class CurationSampler(_SamplerBase):
 
     def update(self, batch) -> None:
         """Observe one step of verl 0.7 (a ``DataProto``): every response's prompt id and summed
-        token-level score, and its ``hint_level`` where SAGE's wrapper (:mod:`rlcurate.interop.verl_rollout`)
-        wrote one."""
-        self.observe(prompt_ids(batch.non_tensor_batch),
-                     batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy(),
-                     batch.non_tensor_batch.get("hint_level"))
+        token-level score, and what the rollout wrapper (:mod:`rlcurate.interop.verl_rollout`) wrote: its
+        ``hint_level`` (SAGE) and the unhinted rollouts generated for its prompt, ``pool_successes`` and
+        ``pool_size`` (Reinforce-Ada's whole pool, SAGE's level-0 group), so that the selector learns from
+        what was generated, not from the rows the wrapper kept."""
+        nt = batch.non_tensor_batch
+        self.observe(prompt_ids(nt), batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy(),
+                     nt.get("hint_level"), nt.get("pool_successes"), nt.get("pool_size"))
 
-    def observe(self, ids, scores, hint_levels=None) -> dict[int, tuple[int, int]]:
+    def observe(self, ids, scores, hint_levels=None, pool_successes=None, pool_sizes=None) -> dict[int, tuple[int, int]]:
         """Observe one step's responses, in any order: ``ids[j]`` is response j's prompt id (its
         ``extra_info["index"]``), ``scores[j]`` its reward, ``hint_levels[j]`` the hint its prompt carried
-        (default none; the selector's own rule decides what a hinted group says, chapter 10). The responses of
-        a prompt at one hint level form one group. Shared by :meth:`update` and verl 0.9's registered trainer
+        (default none; the selector's own rule decides what a hinted group says, chapter 10),
+        ``pool_successes[j]`` and ``pool_sizes[j]`` the unhinted rollouts of its prompt this step when the
+        batch holds only some (:meth:`rlcurate.interop._core.PromptSelection.observe`). The responses of a
+        prompt at one hint level form one group. Shared by :meth:`update` and verl 0.9's registered trainer
         (:mod:`rlcurate.interop.verl_v1`)."""
         pos = self.positions(ids)
         scores = np.asarray(scores, dtype=float).reshape(-1)
         if self._group_size_fixed is None and pos.size:
             self.selection.group_size = int(np.bincount(pos).max())  # responses per prompt (rollout.n)
         levels = None if hint_levels is None else np.asarray(hint_levels, dtype=np.int64).reshape(-1)
-        self.last_update = self.selection.observe(pos, scores, levels)
+        self.last_update = self.selection.observe(pos, scores, levels, pool_successes, pool_sizes)
         return self.last_update
 
     # ------------------------------------------------------------------ checkpoint

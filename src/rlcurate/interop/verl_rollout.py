@@ -17,6 +17,13 @@ and returns exactly ``rollout.n`` rows per prompt, in the prompts' order, so ``f
   ``non_tensor_batch["hint_level"]``. SAGE-LIGHT's schedule (a prompt's level from its last visit) lives in this
   object across steps.
 
+A curriculum sampler in front (:class:`rlcurate.interop.verl.CurationSampler`, INSIGHT by default) must learn
+from what was generated, not from the rows kept (Ada-Seq's balanced downsample keeps n/2 positives whatever the
+pass rate; a rescued prompt's kept rows are all hinted): each row of a prompt whose strategy set them carries
+``non_tensor_batch["pool_successes"]`` and ``["pool_size"]``, its unhinted rollouts this step (Ada-Seq's whole
+pool, SAGE's level-0 group), which the sampler's ``update`` reads as this package's trainer does (hinted groups
+that SAGE generated and then replaced by a higher level are not passed on).
+
 Rewards are read during the rounds from the wrapped manager's output, ``rm_scores`` summed over the response
 (verl computes them in the agent loop when its reward loop is on), or from ``score(DataProto) -> rewards``.
 Validation batches (``meta_info["validate"]``) pass through untouched, and every other attribute is the
@@ -147,6 +154,11 @@ class CuratedRollout:
                                                           for _ in range(n)], dtype=torch.float32)
         if hasattr(self.curator.sampler, "hints"):
             out.non_tensor_batch["hint_level"] = np.array([g.hint_level for g in kept for _ in range(n)], dtype=np.int64)
+        if any(g.pool_size for g in kept):  # what a curriculum sampler in front learns from (CurationSampler.update)
+            out.non_tensor_batch["pool_successes"] = np.array([float(g.pool_successes or 0.0) for g in kept
+                                                               for _ in range(n)], dtype=np.float64)
+            out.non_tensor_batch["pool_size"] = np.array([int(g.pool_size or 0) for g in kept for _ in range(n)],
+                                                         dtype=np.int64)
         out.meta_info = {**step.meta_info, "timing": step.timing,
                          "rlcurate/generated": sum(g.generated for g in groups), "rlcurate/calls": len(step.outputs)}
         self.step_log.append({"generated": [(g.index, g.generated) for g in groups], "calls": len(step.outputs),
