@@ -27,8 +27,11 @@ against the objectives' f'(p)): :mod:`rlcurate.curation.ada_analysis`.
 decayed counts, N_tot <- lam N_tot + n, N_pos <- lam N_pos + k, and the estimate
 p_hat = (N_pos + alpha) / (N_tot + alpha + beta); rollouts are allocated in proportion to the
 objective's weight w(p_hat) (log: 1/p_hat, as in the prototype), at least ``n_min`` each, within a total
-budget of ``group_size`` per prompt; all samples are trained. ``hybrid=True`` is the paper's Alg. 1:
-n_i proportional to 1/sqrt(p_hat + eps) and an extra group weight 1/sqrt(r_bar + eps).
+budget of ``group_size`` per prompt; all samples are trained (:func:`~rlcurate.curation.ada_est.bounded_proportional_allocation`:
+``n_min`` each, then the rest in proportion to the weights, so n_i - n_min is proportional to them).
+``hybrid=True`` follows the paper's Alg. 1: weights 1/sqrt(p_hat + eps) and an extra group weight
+1/sqrt(r_bar + eps); the paper clips n_i proportional to 1/sqrt(p_hat + eps) to [N_min, N_max], which this
+rule's floor-then-share makes flatter (chapter 6).
 
 *Graded rewards, and the statistics of the advantage.* Both variants follow the official code's
 ``global_stat_est=True`` (the released script's setting): a rollout is a success iff its reward
