@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from rlcurate.advise import _verdict, advise, advise_counts, read_counts, render, sim_prompts
+from rlcurate.advise import _verdict, advise, advise_counts, never_solved_share, read_counts, render, sim_prompts
 from rlcurate.cli import main
 from rlcurate.stats import group_mixed_prob
 from rlcurate.stats import mixture
@@ -391,3 +391,56 @@ def test_the_audit_summary_reports_advises_gate(tmp_path, capsys):
         assert gate[str(G)]["share"] == pytest.approx(1 - row["zero_variance"], abs=1e-9)
         assert gate[str(G)]["source"] == ("measured" if row["measured"] else "fit")
     assert gate["8"]["source"] == "measured"  # the one-run prompts do not pull the measured range down to G = 1
+
+
+def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsys):
+    """The same pool as an audit folder, as .jsonl with rewards, as .jsonl with counts and as .csv: the same fit
+    and gate; the advice goes next to the file; --out-of-reach-from takes a file too."""
+    rng = np.random.default_rng(11)
+    _, k, n = piles_and_spread(rng, 60)
+    runs = [[1.0] * ki + [0.0] * (8 - ki) for ki in k]
+    folder = write_audit(tmp_path / "audit", runs)
+    rewards = tmp_path / "rewards" / "eval.jsonl"
+    rewards.parent.mkdir()
+    rewards.write_text("".join(json.dumps({"uid": f"q{i}", "rewards": r, "prompt": "..."}) + "\n"
+                               for i, r in enumerate(runs)) + "\n")
+    counts = tmp_path / "counts.jsonl"
+    counts.write_text("".join(json.dumps({"id": i, "successes": int(ki), "trials": 8}) + "\n" for i, ki in enumerate(k)))
+    table = tmp_path / "table.csv"
+    table.write_text("uid,successes,trials\n" + "".join(f"q{i},{ki},8\n" for i, ki in enumerate(k)))
+    gates = []
+    for source in (folder, rewards, counts, table):
+        assert main(["advise", str(source), "--no-sim", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["prompts"] == 60 and out["runs"] == 8
+        gates.append([(r["G"], r["zero_variance"], r["low"], r["high"]) for r in out["gate"]])
+    assert gates[1] == gates[0] and gates[2] == gates[0] and gates[3] == gates[0]
+    assert (rewards.parent / "advice_gate.json").is_file()  # next to the file
+    later = tmp_path / "later.jsonl"  # a later checkpoint's results on the same prompts: half of them never solved
+    later.write_text("".join(json.dumps({"uid": f"q{i}", "rewards": [float(i % 2)] * 4}) + "\n" for i in range(60)))
+    share, note, _ = never_solved_share(rewards, later)
+    assert share == 0.5 and "30 of 60 prompts never solved" in note
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("a.jsonl", '{"uid": "a", "rewards": [1, 0]}\nnot json\n', "a.jsonl: line 2: not JSON"),
+    ("b.jsonl", '[1, 0]\n', "b.jsonl: line 1: a JSON object per line, got list"),
+    ("c.jsonl", '{"uid": "a"}\n', "c.jsonl: line 1: no 'rewards' (a list of 0/1 per run) and no 'successes' with"),
+    ("d.jsonl", '{"uid": "a", "rewards": [1, "x"]}\n', "d.jsonl: line 1: rewards must be a list of finite numbers"),
+    ("e.jsonl", '{"uid": "a", "successes": 5, "trials": 4}\n', "e.jsonl: line 1: successes 5 > trials 4"),
+    ("f.jsonl", '{"uid": "a", "rewards": [1, 0]}\n{"uid": "a", "rewards": [0, 0]}\n',
+     "f.jsonl: line 2: uid 'a' again (first on line 1)"),
+    ("g.csv", "uid,passed,total\na,1,2\n", "g.csv: the header must name successes and trials"),
+    ("h.csv", "uid,successes,trials\na,1,2\nb,one,2\n", "h.csv: line 3: successes must be a whole number >= 0, got 'one'"),
+    ("i.csv", "uid,successes,trials\na,1.5,2\n", "i.csv: line 2: successes must be a whole number >= 0, got 1.5"),
+    ("j.jsonl", "\n\n", "j.jsonl: no prompts in it"),
+    ("k.jsonl", None, "k.jsonl: no such file"),
+    ("l.json", '{"uid": "a"}', "l.json: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, "
+                               "or a scores file ending in .jsonl or .csv)"),
+    ("m.jsonl", "".join(f'{{"uid": {i}, "rewards": [0.5, 1, 0]}}\n' for i in range(30)), "graded rewards"),
+])
+def test_bad_scores_files_are_refused_in_one_line(tmp_path, capsys, name, text, needle):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    _one_line_error(capsys, ["advise", str(path), "--no-sim"], needle)

@@ -1,6 +1,7 @@
 """``rlcurate advise``: from an audit of your own model and data to a decision (chapters 4 and 11).
 
-An audit (``rlcurate audit``, any backend) gives each prompt's successes in N runs. From it:
+An audit (``rlcurate audit``, any backend), or a file of pass/fail results from your own evaluation harness
+(:func:`load_pool`: ``.jsonl`` or ``.csv``), gives each prompt's successes in N runs. From it:
 
 1. **The pool's pass-rate distribution**, fitted as a mixture of Betas by its marginal likelihood
    (:func:`rlcurate.stats.mixture.fit_beta_mixture`), with its uncertainty from a bootstrap over prompts.
@@ -46,7 +47,7 @@ from rlcurate.errors import UserError
 from rlcurate.stats import mixture
 from rlcurate.stats.mixture import BetaMixture, fit_beta_mixture, gate_counts, measured_zero_variance
 
-__all__ = ["Advice", "advise", "never_solved_share", "read_counts", "gate_table", "simulate", "render", "plot", "main",
+__all__ = ["Advice", "advise", "never_solved_share", "read_counts", "load_pool", "PoolScores", "SCORES_SUFFIXES", "gate_table", "simulate", "render", "plot", "main",
            "advise_counts", "sim_prompts", "dense_waste", "SIM_WORLD", "SIM_GROUP_SIZES", "MIN_PROMPTS", "MIN_RUNS"]
 
 GROUP_SIZES = mixture.GROUP_SIZES
@@ -136,51 +137,168 @@ class Advice:
 
 
 # ---------------------------------------------------------------------------------------------- input
-def read_counts(audit_dir) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per prompt, successes and runs of an audit folder, and warnings on what weakens it. Refuses (one
-    line, :class:`UserError`) a folder that is not an audit, graded rewards, fewer than
-    :data:`MIN_RUNS` runs per prompt or fewer than :data:`MIN_PROMPTS` prompts."""
+SCORES_SUFFIXES = (".jsonl", ".csv")
+"""Files of pass/fail results that advise reads in place of an audit folder (:func:`load_pool`)."""
+
+
+@dataclass
+class PoolScores:
+    """Per prompt, its id and its runs' scores (in [0, 1]), read from an audit folder or a scores file, with
+    what weakens them; ``limit`` is an audit's ``--limit`` (``None`` for a file)."""
+    uids: list[str]
+    scores: list[np.ndarray]
+    warnings: list[str] = field(default_factory=list)
+    limit: int | None = None
+
+
+def load_pool(source) -> PoolScores:
+    """An audit folder (``rlcurate audit --out``, any backend) or a file of your own evaluation's pass/fail
+    results, one prompt per line or row, in any harness's words:
+
+    * ``.jsonl``: ``{"uid": "q17", "rewards": [1, 0, 0, 1]}`` (``scores`` for ``rewards``, ``id`` for ``uid``
+      also read; other keys ignored), or ``{"uid": "q17", "successes": 2, "trials": 4}``;
+    * ``.csv``: a header with ``successes`` and ``trials`` (and ``uid``, optional).
+
+    Without ids, the line or row number is the id. Refuses, in one line naming the file and line, what is not
+    one of these (:class:`UserError`)."""
+    path = Path(source)
+    if path.suffix in SCORES_SUFFIXES and not path.is_dir():
+        return _read_scores_file(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{path}: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, or "
+                        f"a scores file ending in {' or '.join(SCORES_SUFFIXES)})")
+    if not path.is_dir():
+        raise UserError(f"{path}: no such folder (give the folder an `rlcurate audit --out` wrote)")
+    missing = [f for f in ("config.json", "runs.jsonl") if not (path / f).is_file()]
+    if missing:
+        what = " and ".join(f"{f} {'is not a file' if (path / f).exists() else 'is missing'}" for f in missing)
+        raise UserError(f"{path}: not an audit folder ({what}; make one with `rlcurate audit --out {path}`)")
     from rlcurate.audit.summary import INVALIDATING_SHARE, load_audit
 
-    folder = Path(audit_dir)
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"{folder}: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote)")
-    if not folder.is_dir():
-        raise UserError(f"{folder}: no such folder (give the folder an `rlcurate audit --out` wrote)")
-    missing = [f for f in ("config.json", "runs.jsonl") if not (folder / f).is_file()]
-    if missing:
-        what = " and ".join(f"{f} {'is not a file' if (folder / f).exists() else 'is missing'}" for f in missing)
-        raise UserError(f"{folder}: not an audit folder ({what}; make one with `rlcurate audit --out {folder}`)")
-    audit = load_audit(folder)
-    if not audit.scores:
-        raise UserError(f"{folder}: the audit has no finished runs yet")
-    graded = [(u, s) for u, s in zip(audit.uids, audit.scores) if not np.isin(s, (0.0, 1.0)).all()]
+    audit = load_audit(path)
+    warnings = []
+    runs = sum(s.size for s in audit.scores)
+    if audit.scores and not audit.complete:
+        audited = sum(s.size >= MIN_RUNS for s in audit.scores)
+        warnings.append(f"the audit is unfinished: {runs} of {audit.n_samples * int(audit.config['runs'])} runs "
+                        f"({audited} of {audit.n_samples} prompts with {MIN_RUNS} or more)")
+    errors = sum(int(e.sum()) for e in audit.errors)
+    cut = sum(sum(f == "length" and v < 1 for f, v in zip(fr, s)) for fr, s in zip(audit.finish_reasons, audit.scores))
+    for what, count in (("had a failing reward function", errors), ("hit the token limit and failed", cut)):
+        if runs and count > INVALIDATING_SHARE * runs:
+            warnings.append(f"{count / runs:.0%} of the runs {what}: the audit measures that more than the data")
+    return PoolScores(audit.uids, audit.scores, warnings, audit.config.get("limit"))
+
+
+def _read_scores_file(path: Path) -> PoolScores:
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (a scores file: one prompt per line of .jsonl, or a .csv with "
+                        f"successes and trials columns)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    rows = _jsonl_rows(path, text) if path.suffix == ".jsonl" else _csv_rows(path, text)
+    if not rows:
+        raise UserError(f"{path}: no prompts in it")
+    seen: dict[str, int] = {}
+    for line, uid, _ in rows:
+        if uid in seen:
+            raise UserError(f"{path}: line {line}: uid {uid!r} again (first on line {seen[uid]}); one line per prompt")
+        seen[uid] = line
+    return PoolScores([u for _, u, _ in rows], [s for _, _, s in rows])
+
+
+def _counts_scores(where: str, successes, trials) -> np.ndarray:
+    """Runs of a prompt given as counts: ``successes`` ones and ``trials - successes`` zeros (advise reads only
+    their number and sum)."""
+    for name, v in (("successes", successes), ("trials", trials)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 0:
+            raise UserError(f"{where}: {name} must be a whole number >= 0, got {v!r}")
+    if successes > trials:
+        raise UserError(f"{where}: successes {successes:g} > trials {trials:g}")
+    return np.r_[np.ones(int(successes)), np.zeros(int(trials) - int(successes))]
+
+
+def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise UserError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{where}: a JSON object per line, got {type(record).__name__}")
+        uid = record.get("uid", record.get("id", number))
+        rewards = record.get("rewards", record.get("scores"))
+        if rewards is not None:
+            if not isinstance(rewards, list) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards):
+                raise UserError(f"{where}: rewards must be a list of finite numbers, got {rewards!r}"[:300])
+            scores = np.asarray(rewards, dtype=float)
+        elif "successes" in record and "trials" in record:
+            scores = _counts_scores(where, record["successes"], record["trials"])
+        else:
+            raise UserError(f"{where}: no 'rewards' (a list of 0/1 per run) and no 'successes' with 'trials'")
+        rows.append((number, str(uid), scores))
+    return rows
+
+
+def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
+    import csv
+
+    reader = csv.DictReader(text.splitlines())
+    columns = [c.strip() for c in reader.fieldnames or []]
+    if "successes" not in columns or "trials" not in columns:
+        raise UserError(f"{path}: the header must name successes and trials (and uid, optional); it has "
+                        f"{', '.join(columns) or 'nothing'}")
+    rows = []
+    for number, row in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+        if not any(row.values()):
+            continue
+        where = f"{path}: line {number}"
+        values = []
+        for name in ("successes", "trials"):
+            try:
+                values.append(float(row[name]))
+            except ValueError:
+                raise UserError(f"{where}: {name} must be a whole number >= 0, got {row[name]!r}") from None
+        rows.append((number, row.get("uid") or str(number), _counts_scores(where, *values)))
+    return rows
+
+
+def read_counts(source) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per prompt, successes and runs of an audit folder or a scores file (:func:`load_pool`), and warnings on
+    what weakens them. Refuses (one line, :class:`UserError`) what is neither, graded rewards, fewer than
+    :data:`MIN_RUNS` runs per prompt or fewer than :data:`MIN_PROMPTS` prompts."""
+    pool = load_pool(source)
+    if not pool.scores:
+        raise UserError(f"{source}: the audit has no finished runs yet")
+    graded = [(u, s) for u, s in zip(pool.uids, pool.scores) if not np.isin(s, (0.0, 1.0)).all()]
     if graded:
         uid, s = graded[0]
         bad = next(float(v) for v in s if v not in (0.0, 1.0))
-        raise UserError(f"{folder}: graded rewards ({len(graded)} prompts have scores other than 0 and 1, "
+        raise UserError(f"{source}: graded rewards ({len(graded)} prompts have scores other than 0 and 1, "
                         f"e.g. {bad:g} for {uid!r}); advise models pass/fail rewards")
-    n = np.array([s.size for s in audit.scores])
+    n = np.array([s.size for s in pool.scores])
     if n.max() < MIN_RUNS:
-        raise UserError(f"{folder}: {n.max()} run per prompt; a pass rate cannot be told from luck in one run: "
+        raise UserError(f"{source}: {n.max()} run per prompt; a pass rate cannot be told from luck in one run: "
                         f"audit with --runs 8 ({MIN_RUNS} at the least)")
-    k, n = gate_counts(np.array([int(s.sum()) for s in audit.scores]), n)  # prompts with MIN_RUNS or more runs
-    dropped = len(audit.scores) - k.size
+    k, n = gate_counts(np.array([int(s.sum()) for s in pool.scores]), n)  # prompts with MIN_RUNS or more runs
+    dropped = len(pool.scores) - k.size
     if k.size < MIN_PROMPTS:
-        raise UserError(f"{folder}: {k.size} prompt{'' if k.size == 1 else 's'} with {MIN_RUNS} or more runs; advise "
+        raise UserError(f"{source}: {k.size} prompt{'' if k.size == 1 else 's'} with {MIN_RUNS} or more runs; advise "
                         f"needs at least {MIN_PROMPTS} to fit a distribution")
     warnings = []
     if dropped:
         warnings.append(f"{dropped} prompts with fewer than {MIN_RUNS} runs left out")
-    runs = sum(s.size for s in audit.scores)
-    if not audit.complete:
-        warnings.append(f"the audit is unfinished: {runs} of {audit.n_samples * int(audit.config['runs'])} runs "
-                        f"({k.size} of {audit.n_samples} prompts with {MIN_RUNS} or more)")
-    errors = sum(int(e.sum()) for e in audit.errors)
-    cut = sum(sum(f == "length" and v < 1 for f, v in zip(fr, s)) for fr, s in zip(audit.finish_reasons, audit.scores))
-    for what, count in (("had a failing reward function", errors), ("hit the token limit and failed", cut)):
-        if count > INVALIDATING_SHARE * runs:
-            warnings.append(f"{count / runs:.0%} of the runs {what}: the audit measures that more than the data")
+    warnings += pool.warnings
     if n.min() < 4:
         warnings.append(f"{n.min()} runs per prompt identify little of the distribution's shape; 8 or more are better")
     return k, n, warnings
@@ -208,14 +326,6 @@ def _never_solved_warning(k: np.ndarray, out_of_reach: float) -> list[str]:
             f"learns every prompt through shared skills, while a model may never solve some, so its predictions are "
             f"likely optimistic here (chapter 11); --out-of-reach SHARE or --out-of-reach-from LATER_AUDIT predicts "
             f"with a share of the pool never learnt"]
-
-
-def _audited_limit(folder: Path) -> int | None:
-    """The audit's ``--limit`` (it audited that many prompts of its split), or ``None``; read after
-    :func:`read_counts` has accepted the folder."""
-    from rlcurate.audit.store import read_config
-
-    return read_config(folder)["config"].get("limit")
 
 
 # ---------------------------------------------------------------------------------------------- the gate
@@ -508,7 +618,7 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
         given = ["--" + k.replace("_", "-") for k, v in asked.items() if v != default[k]]
         if given:
             warnings.append(f"ignored with --no-sim (they shape the simulation only): {', '.join(given)}")
-    if pool is None and _audited_limit(Path(audit_dir)) is not None:
+    if pool is None and load_pool(audit_dir).limit is not None:
         warnings.append(f"the audit covers {k.size} prompts of its split (--limit): the simulation takes your training "
                         f"pool to be those {k.size}; give --pool-size, since the ratios depend on how often each "
                         f"prompt is revisited (chapter 11)")
@@ -526,13 +636,11 @@ def never_solved_share(audit_dir, later_dir) -> tuple[float, str, list[str]]:
     of prompts the model never learns (a prompt of small pass rate may fail every run; chapter 11). Refuses, in
     one line, a later audit that is not one or shares fewer than :data:`MIN_PROMPTS` prompts with the first;
     warns where it covers under 90 % of them or its pass rate on them is not above the first's (swapped?)."""
-    from rlcurate.audit.summary import load_audit
-
     try:
         read_counts(later_dir)
     except UserError as exc:
         raise UserError(f"--out-of-reach-from: {exc}") from None
-    start, later = load_audit(Path(audit_dir)), load_audit(Path(later_dir))
+    start, later = load_pool(audit_dir), load_pool(later_dir)
     solved = {u: bool(s.sum() > 0) for u, s in zip(later.uids, later.scores) if s.size >= MIN_RUNS}
     shared = [u for u, s in zip(start.uids, start.scores) if s.size >= MIN_RUNS and u in solved]
     if len(shared) < MIN_PROMPTS:
@@ -739,7 +847,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         description="From an audit of your model on your prompts to a decision: the pool's "
                                     "pass-rate distribution, the gate at each group size, and what curation could "
                                     "save, predicted in the simulated world (chapters 4 and 11).")
-    ap.add_argument("audit", help="an audit folder (rlcurate audit --out DIR), any backend")
+    ap.add_argument("audit", help="an audit folder (rlcurate audit --out DIR), any backend, or a file of your own "
+                                  "evaluation's pass/fail results: .jsonl, one prompt a line, {\"uid\": ..., "
+                                  "\"rewards\": [1, 0, ...]} or {\"uid\": ..., \"successes\": k, \"trials\": n}; or "
+                                  ".csv with columns uid, successes, trials")
     ap.add_argument("--group-size", type=int, default=8,
                     help=f"the group size G you train with: one of {', '.join(map(str, SIM_GROUP_SIZES))} (the "
                          f"simulation's 128 rollouts per step in whole groups)")
@@ -782,13 +893,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="an audit of a later checkpoint (a short uniform run) on the same prompts: the share of "
                          "them it never solves is taken as --out-of-reach (roughly an upper bound on the floor)")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
-    ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder)")
+    ap.add_argument("--out", default=None, help="folder for the advice's JSON and plot (default: the audit folder, or "
+                                                "the scores file's folder)")
     args = ap.parse_args(argv)
     if args.oracle_runs is not None and args.oracle_every is None:
         raise UserError("--oracle-runs: only with --oracle-every (without it the oracles read exact pass rates)")
     if args.out is not None and not args.out.strip():
         raise UserError("--out: empty; give a folder for the advice (default: the audit folder)")
-    out = Path(args.out or args.audit)
+    source = Path(args.audit)
+    out = Path(args.out) if args.out else (source.parent if source.suffix in SCORES_SUFFIXES else source)
     if args.out:  # before the simulation, so that its result has somewhere to go
         from rlcurate.train.preflight import check_out_dir
 
@@ -797,8 +910,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UserError as exc:
             raise UserError(f"--out: {exc}") from None
     elif out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
-        raise UserError(f"{out}: the advice is written into the audit folder, which this user cannot write; "
-                        f"give --out FOLDER")
+        where = "the audit folder" if out == source else "the scores file's folder"
+        raise UserError(f"{out}: the advice is written into {where}, which this user cannot write; give --out FOLDER")
     a = advise(args.audit, args.group_size, args.budget, args.rho, args.training, args.pool_size, args.seeds,
                args.boots, not args.no_sim, args.close_gap, oracle_every=args.oracle_every,
                oracle_runs=ORACLE_RUNS if args.oracle_runs is None else args.oracle_runs,
