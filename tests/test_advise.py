@@ -405,7 +405,8 @@ def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsy
     rewards.write_text("".join(json.dumps({"uid": f"q{i}", "rewards": r, "prompt": "..."}) + "\n"
                                for i, r in enumerate(runs)) + "\n")
     counts = tmp_path / "counts.jsonl"
-    counts.write_text("".join(json.dumps({"id": i, "successes": int(ki), "trials": 8}) + "\n" for i, ki in enumerate(k)))
+    counts.write_text("".join(json.dumps({"id": i, "successes": int(ki), "trials" if i % 2 else "n_runs": 8}) + "\n"
+                              for i, ki in enumerate(k)))  # n_runs, as an audit's samples.jsonl names it
     table = tmp_path / "table.csv"
     table.write_text("uid,successes,trials\n" + "".join(f"q{i},{ki},8\n" for i, ki in enumerate(k)))
     gates = []

@@ -156,7 +156,8 @@ def load_pool(source) -> PoolScores:
     results, one prompt per line or row, in any harness's words:
 
     * ``.jsonl``: ``{"uid": "q17", "rewards": [1, 0, 0, 1]}`` (``scores`` for ``rewards``, ``id`` for ``uid``
-      also read; other keys ignored), or ``{"uid": "q17", "successes": 2, "trials": 4}``;
+      also read; other keys ignored), or ``{"uid": "q17", "successes": 2, "trials": 4}`` (``n_runs`` for
+      ``trials``: an audit's ``samples.jsonl`` is read too);
     * ``.csv``: a header with ``successes`` and ``trials`` (and ``uid``, optional).
 
     Without ids, the line or row number is the id. Refuses, in one line naming the file and line, what is not
@@ -241,8 +242,8 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards):
                 raise UserError(f"{where}: rewards must be a list of finite numbers, got {rewards!r}"[:300])
             scores = np.asarray(rewards, dtype=float)
-        elif "successes" in record and "trials" in record:
-            scores = _counts_scores(where, record["successes"], record["trials"])
+        elif "successes" in record and ("trials" in record or "n_runs" in record):  # n_runs: an audit's samples.jsonl
+            scores = _counts_scores(where, record["successes"], record.get("trials", record.get("n_runs")))
         else:
             raise UserError(f"{where}: no 'rewards' (a list of 0/1 per run) and no 'successes' with 'trials'")
         rows.append((number, str(uid), scores))
