@@ -410,16 +410,52 @@ def test_dapo_in_trl_keeps_the_groups_and_advantages_this_packages_dapo_keeps(tm
         assert extra_rounds == 0 and filled > 0 and max(h["curation/filled_groups"] for h in logged) > 0
 
 
+class RecordingTopUps(Recording):
+    """Also keeps, for every top-up a hosted DAPO asks for, the prompts the selector gave, the candidates and
+    scores its rule ranked, and the prompts the step had taken before."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.top_ups = []
+        real = self.curation.more
+
+        def more(k, taken=None):
+            before = set(self.curation.selector._taken)
+            out = real(k, taken)
+            sel = self.curation.selector
+            self.top_ups.append((out, sel.last_candidates.copy(), sel.last_scores.copy(), before))
+            return out
+
+        self.curation.more = more
+
+
 @pytest.mark.slow
 def test_insight_and_dapo_compose_in_trl(tmp_path, tiny_checkpoint):
-    """'insight+dapo': INSIGHT chooses the generation batch and every top-up, and observes every round."""
-    trainer = _train_dapo(tmp_path, tiny_checkpoint, steps=3, strategy="insight+dapo",
+    """'insight+dapo': INSIGHT chooses the generation batch and every top-up by its own rule among the prompts the
+    step has not taken (as this package's step does; not the pool's epoch order), and observes every round of a
+    step at once, after it."""
+    from rlcurate.stats.beliefs import top_m
+
+    trainer = _train_dapo(tmp_path, tiny_checkpoint, steps=3, strategy="insight+dapo", cls=RecordingTopUps,
                           strategy_kwargs={"max_num_gen_batches": 4})
-    sel = trainer.curation
+    sel, G = trainer.curation, 4
     assert type(sel.selector).__name__ == "InsightSelector"
-    assert sel.observed == len(trainer.rounds) > 3  # every round, top-ups included, was observed
+    assert sel.observed == len(trainer.step_log) == 3 < len(trainer.rounds)  # once per step, top-ups included
     b = sel.selector.beliefs
     assert (b.alpha - 1).sum() + (b.beta - 1).sum() == sum(len(r) for _, r, _ in trainer.rounds)
+    rounds, top_ups = list(trainer.rounds), list(trainer.top_ups)
+    assert top_ups  # some step needed more than one generation batch
+    for log in trainer.step_log:
+        mine, rounds = rounds[:log["calls"]], rounds[log["calls"]:]
+        chunk = [int(i) for i in mine[0][0][::G]]
+        taken = set(chunk)
+        for idx, _, _ in mine[1:]:  # each top-up call generated the prompts the selector's rule gave
+            out, candidates, scores, before = top_ups.pop(0)
+            assert [int(i) for i in idx[::G]] == out
+            assert before == taken and not taken & set(out)  # the step's prompts so far were left out
+            assert out == [int(i) for i in candidates[top_m(scores, len(out))]]  # INSIGHT's best among its candidates
+            taken |= set(out)
+    assert not rounds and not top_ups
 
 
 def test_trl_refuses_what_its_loop_cannot_host_before_loading_a_model():
@@ -592,7 +628,7 @@ def test_trl_refuses_ada_seq_rounds_that_are_not_whole_groups(tmp_path, tiny_che
                     strategy_kwargs={"round_repeat": 6})
 
 
-def _sage_trainer(tmp_path, ckpt, *, steps, strategy="sage_light", task=True, **extra):
+def _sage_trainer(tmp_path, ckpt, *, steps, strategy="sage_light", task=True, resume=None, **extra):
     """The tiny arithmetic task with 6 training prompts (revisited every 3 steps of 2 prompts); the reward is a
     coin, except that every third prompt always fails unhinted."""
     import warnings
@@ -616,11 +652,11 @@ def _sage_trainer(tmp_path, ckpt, *, steps, strategy="sage_light", task=True, **
 
     cfg = GRPOConfig(output_dir=str(tmp_path / "trl"), num_generations=4, max_completion_length=6, learning_rate=1e-4,
                      max_steps=steps, beta=0.0, top_k=0, use_cpu=True, report_to="none", logging_steps=1,
-                     disable_tqdm=True, seed=0, gradient_checkpointing=False, save_strategy="no",
-                     **{"per_device_train_batch_size": 8, **extra})
+                     disable_tqdm=True, seed=0, gradient_checkpointing=False,
+                     **{"per_device_train_batch_size": 8, "save_strategy": "no", **extra})
     trainer = Recording(model=str(ckpt), reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
                         strategy=strategy, task=arithmetic if task else None)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer, arithmetic, problems, tok
 
 
@@ -645,6 +681,34 @@ def test_sage_light_in_trl_hints_the_prompts_this_packages_sage_light_hints(tmp_
         np.testing.assert_allclose(batch["advantages"].numpy(), expected, atol=2e-6)
     assert not rounds and hinted > 0  # the always-failing prompts came back hinted
     assert ours.sampler.state_dict() == trainer.curator.sampler.state_dict()
+
+
+@pytest.mark.slow
+def test_a_hosted_strategys_state_is_saved_with_trl_checkpoints_and_restored(tmp_path, tiny_checkpoint):
+    """SAGE-LIGHT's hint levels travel with a TRL checkpoint (rlcurate_curator.json) beside the selector's state: a
+    run resumed from step 2 trains steps 3 to 6 as the uninterrupted run does (the chunk the dataloader chose ahead
+    before the checkpoint included), and a prompt that failed in the first pass is hinted in the second. Resuming without ignore_data_skip=True, or with dataloader workers, is refused
+    in one line."""
+    from rlcurate.interop.trl import CURATOR_STATE_FILE
+
+    whole, *_ = _sage_trainer(tmp_path, tiny_checkpoint, steps=6, save_strategy="steps", save_steps=2)
+    saved = tmp_path / "trl" / "checkpoint-2"
+    at_2 = json.loads((saved / CURATOR_STATE_FILE).read_text())["sampler"]
+    assert any(acc == 0 for _, _, acc in at_2["visits"])  # a prompt that failed: hinted at its next visit
+    with pytest.raises(ValueError, match=r"^resume_from_checkpoint with ignore_data_skip=False: .*set "
+                                         r"ignore_data_skip=True"):
+        _sage_trainer(tmp_path, tiny_checkpoint, steps=6, resume=str(saved))
+    resumed, *_ = _sage_trainer(tmp_path / "again", tiny_checkpoint, steps=6, resume=str(saved), ignore_data_skip=True)
+    end = whole.curator.sampler.state_dict()
+    assert any(lv > 0 for _, lv, _ in end["visits"])  # the second pass hinted a prompt that failed in the first
+    levels = lambda state: [(i, lv) for i, lv, _ in state["visits"]]  # noqa: E731
+    assert levels(resumed.curator.sampler.state_dict()) == levels(end)
+    # steps 3 to 6 train the same prompts at the same hint levels (TRL's resumed generation draws other completions,
+    # so the rewards, and the accuracies SAGE-LIGHT keeps, may differ)
+    plan = lambda log: [(s["kept"], s["hint_levels"]) for s in log]  # noqa: E731
+    assert plan(resumed.step_log) == plan(whole.step_log[2:])
+    with pytest.raises(ValueError, match="dataloader_num_workers=1: worker processes would choose prompts"):
+        _sage_trainer(tmp_path, tiny_checkpoint, steps=1, dataloader_num_workers=1)
 
 
 def test_sage_in_trl_is_refused_without_the_task_that_writes_its_hints(tmp_path, tiny_checkpoint):

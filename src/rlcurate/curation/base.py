@@ -416,6 +416,11 @@ class Selector(Part):
         :meth:`draw`. A selector that chooses by a rule overrides this one, with the step's ``ctx`` at hand."""
         return self.draw(k)
 
+    def take(self, indices) -> None:
+        """Mark ``indices`` as the prompts of the step now running, for a host that selected them ahead of it
+        (TRL's and verl's samplers choose a generation batch or more early, so a later :meth:`select` may have
+        run since): :meth:`more` then chooses among the others, as after :meth:`select`. Nothing by default."""
+
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "cursor": self.cursor}
 

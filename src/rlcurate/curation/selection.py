@@ -223,6 +223,9 @@ class BeliefSelector(Selector):
         self._taken.update(more)
         return more
 
+    def take(self, indices) -> None:
+        self._taken = {int(i) for i in indices}
+
     # ------------------------------------------------------------------ beliefs
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
         """Conjugate update of the beliefs of the prompts rolled out this step (only those)."""

@@ -204,9 +204,18 @@ class PromptSelection:
         self.rounds += 1
         return chosen
 
+    def more(self, k: int, taken: Sequence[int] | None = None) -> list[int]:
+        """``k`` more prompts for the step now running, by the selector's rule (:meth:`Selector.more`: DAPO's
+        top-ups choose as this package's step does); ``taken``: the step's prompts so far (the selector's
+        :meth:`Selector.take`), given when its generation batch was selected ahead of the step."""
+        if taken is not None:
+            self.selector.take(taken)
+        return [int(i) for i in self.selector.more(self.context(self.rounds, int(k)), int(k))]
+
     def observe(self, indices: Sequence[int], rewards: Sequence[float],
                 hint_levels: Sequence[int] | None = None, pool_successes: Sequence[float] | None = None,
-                pool_sizes: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
+                pool_sizes: Sequence[int] | None = None, trained: Sequence[Group] | None = None
+                ) -> dict[int, tuple[int, int]]:
         """Feed back one batch of scored completions: ``indices[j]`` is the pool position of completion
         j's prompt, ``rewards[j]`` its reward (NaN: unscored, ignored), ``hint_levels[j]`` the hint level its
         prompt carried (SAGE, chapter 7; default 0: the selector's own rule decides what a hinted group
@@ -218,8 +227,10 @@ class PromptSelection:
         :mod:`rlcurate.interop.verl_rollout` writes them). A group with them is observed as this package's
         trainer observes it: its evidence is the pool's, and the generated groups (``evidence="generated"``)
         hold the pool, as an unhinted group, in place of the group's own rows, plus the group itself when it is
-        hinted. Returns ``{prompt: (successes, trials)}`` of the unhinted evidence at the selector's success
-        threshold (for logs and tests)."""
+        hinted. ``trained``: the groups the step trained, when they are not all the batch's groups (a host that
+        runs a strategy's sampler and processors, with their pool statistics); the selector's ``evidence="trained"``
+        reads them, ``"generated"`` every row given. Returns ``{prompt: (successes, trials)}`` of the unhinted
+        evidence at the selector's success threshold (for logs and tests)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         r = np.asarray(rewards, dtype=float).reshape(-1)
         lv = np.zeros(idx.shape, dtype=np.int64) if hint_levels is None else np.asarray(hint_levels, np.int64).reshape(-1)
@@ -264,7 +275,7 @@ class PromptSelection:
                     count(int(i), np.sum(ri >= threshold), ri.size)
         ctx = self.context(self.observed, max(len(groups), 1))
         ctx.generated_groups = generated
-        self.selector.observe(ctx, groups)
+        self.selector.observe(ctx, groups if trained is None else list(trained))
         self.observed += 1
         return counts
 

@@ -44,7 +44,7 @@ Reinforce-Ada-Seq (``ada_seq_balanced``, ``ada_seq_positive``) and SAGE's hints 
 huggingface/trl#3708), so :class:`CuratedGRPOTrainer` overrides ``_generate_and_score_completions`` and runs this
 package's own sampler and processors (chapters 6 and 7) in a step context (:class:`_Rounds`) whose ``generate`` is
 TRL's own generation and scoring: the dataloader's batch names the step's prompts, and every group the strategy asks
-for (the chunk's, DAPO's extra generation batches drawn by the selector, Ada-Seq's rounds for the prompts still
+for (the chunk's, DAPO's extra generation batches chosen by the selector's rule, Ada-Seq's rounds for the prompts still
 active, a prompt at a SAGE hint level rendered by the task with its hint) is one of TRL's generate-and-score calls,
 so its reward functions, vLLM and metrics apply unchanged, and every rank takes the same decisions from the rewards
 TRL gathers. The kept rows are then
@@ -77,9 +77,16 @@ The prefilter takes the audit's ``mixed.jsonl`` (``strategy_kwargs={"audit_file"
 its uids against a dataset column (``uid_column``, default ``"uid"``; positions when absent).
 
 Resuming from a TRL checkpoint: the sampler's state is saved as ``rlcurate_sampler.json`` in each
-checkpoint folder and restored by ``train(resume_from_checkpoint=...)``; set ``ignore_data_skip=True``
-in the config so that the Hugging Face loop does not replay (and thereby re-select) the batches it
-already trained on.
+checkpoint folder (a hosted strategy's sampler and processors, SAGE-LIGHT's levels for instance, as
+``rlcurate_curator.json``) and restored by ``train(resume_from_checkpoint=...)``, which requires
+``ignore_data_skip=True`` in the config (refused otherwise: the Hugging Face loop would replay, and thereby
+re-select, the batches it already trained on). ``dataloader_num_workers`` must be 0 (workers would select ahead).
+
+With a hosted strategy the selector observes once per step, after the sampler and processors have run, every row
+of every generate-and-score call of the step (its discount applied once; ``evidence="trained"`` reads the kept
+groups with their pool statistics), and DAPO's top-ups come from the selector's ``more`` with the step's prompts
+left out, as in this package's step. TRL's own logs of a call (``advantages`` in the completions table,
+``frac_reward_zero_std``) describe the generated rows, not the trained ones.
 """
 
 from __future__ import annotations
@@ -96,7 +103,7 @@ from rlcurate.interop._core import (PROMPT_LEVEL_STRATEGIES, HostedRow, PromptSe
                                    foreign_parts, problems_by_uid, resolve_selector)
 from rlcurate.interop.trl_skip import ZeroAdvantageSkipping
 
-__all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "selection_lag", "hosted_parts",
+__all__ = ["CurationSampler", "CuratedGRPOTrainer", "SAMPLER_STATE_FILE", "CURATOR_STATE_FILE", "selection_lag", "hosted_parts",
            "LOSS_TYPE_OF"]
 
 _PROMPT_SIDE = ("prompt_ids", "prompt_mask")  # left-padded; every other per-row tensor of width > 1 is right-padded
@@ -104,6 +111,7 @@ _TEXT_ONLY = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", 
               "ref_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask",
               "num_items_in_batch")
 SAMPLER_STATE_FILE = "rlcurate_sampler.json"
+CURATOR_STATE_FILE = "rlcurate_curator.json"  # a hosted strategy's sampler and processors
 
 
 def hosted_parts(strategy, strategy_kwargs: dict | None = None):
@@ -193,7 +201,7 @@ class _Rounds:
         from types import SimpleNamespace
 
         return SimpleNamespace(step=step, prompts_per_step=prompts_per_step, group_size=self.n,
-                               generate=self.generate, more_prompts=self.t.curation.selector.draw, task=self.task,
+                               generate=self.generate, more_prompts=self.t.curation.more, task=self.task,
                                problems=self.problems, tokenizer=self.tokenizer, render=self.render,
                                sequence_logprobs=self.sequence_logprobs)
 
@@ -399,10 +407,17 @@ class CurationSampler(Sampler[int]):
         if n < 1:
             raise ValueError(f"the pool of {selection.n_items} prompts holds no full chunk of {self.batch_size}")
         self.chunks_per_epoch = n
+        self.pending: list[dict] = []  # chunks chosen before a checkpoint but not yet trained: yielded first
 
     def __iter__(self):
         for _ in range(self.chunks_per_epoch):
-            chunk = self.selection.select(self.batch_size)  # chosen only when the first index is needed
+            if self.pending:  # a resumed run trains what the interrupted one had chosen ahead, as it would have
+                entry = self.pending.pop(0)
+                chunk = [int(i) for i in entry["indices"]]
+                self.selection.history.append({"round": int(entry["round"]), "observed": self.selection.observed,
+                                               "indices": chunk})
+            else:
+                chunk = self.selection.select(self.batch_size)  # chosen only when the first index is needed
             for _ in range(self.repeat_count):
                 for index in chunk:
                     for _ in range(self.mini_repeat_count):
@@ -472,6 +487,8 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         kwargs["train_dataset"] = _with_columns(train_dataset, index_column)
         self.index_column = index_column
         selector, self.curator = hosted_parts(strategy, strategy_kwargs)  # refused before the model loads
+        if kwargs.get("args") is not None:
+            _refuse_workers(kwargs["args"])
         self._dro = _dro_of(self.curator)
         self.task = task
         if self.curator is not None:
@@ -487,6 +504,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         if task is not None and uids is not None:  # a uid the task lacks is refused before the model loads
             problems = problems_by_uid(task, uids, f"the training dataset's column {uid_column!r}")
         super().__init__(skip_zero_advantage=skip_zero_advantage, **kwargs)
+        _refuse_workers(self.args)
         ds = self.train_dataset
         if len(ds) != len(train_dataset):
             raise RuntimeError(f"TRL's GRPOTrainer changed the training set's size ({len(train_dataset)} -> {len(ds)})")
@@ -495,6 +513,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         self._scored: tuple[list[int], torch.Tensor] | None = None  # the latest generation's (indices, rewards)
         self._row_levels: list[int] | None = None  # the hint level of each global row of the running generation
         self._padding = 0  # its last rows only pad it (not evidence)
+        self._step_evidence: list | None = None  # during a hosted step: each call's (indices, rewards, levels)
         self.step_log: list[dict] = []  # per step of a response-level strategy: what was generated and kept
 
 
@@ -527,11 +546,17 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
             evidence = rewards.detach().cpu().numpy().copy()
             if self._padding:
                 evidence[len(evidence) - self._padding:] = np.nan
-            counts = self.curation.observe(indices, evidence, self._row_levels)
-            self.curation_log.append(counts)
-            for k, v in self.curation.metrics().items():
-                self._metrics["train"][f"curation/{k}"].append(v)
+            if self._step_evidence is not None:  # a hosted strategy's call: observed once, when its step ends
+                self._step_evidence.append((indices, evidence, self._row_levels))
+            else:
+                self._observe(indices, evidence, self._row_levels)
         return rewards_per_func
+
+    def _observe(self, indices, evidence, levels, trained=None) -> None:
+        counts = self.curation.observe(indices, evidence, levels, trained=trained)
+        self.curation_log.append(counts)
+        for k, v in self.curation.metrics().items():
+            self._metrics["train"][f"curation/{k}"].append(v)
 
     # ------------------------------------------------------------------ response-level strategies
     def _check_hosted(self, args, dataset, uid_column: str) -> None:
@@ -578,10 +603,19 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         chunk = host.chunk_prompts()
         B = len(chunk)
         ctx = host.context(step=self.state.global_step, prompts_per_step=B)
-        groups = self.curator.sampler.rollout(ctx, chunk)
-        kept = self.curator.process(ctx, groups)
+        # the selector learns once per step from every call's rows, as in this package's step (its discount applied
+        # once; its evidence="trained" reads the kept groups), and its top-ups (more_prompts) leave the chunk out
+        self.curation.selector.take(chunk)
+        self._step_evidence = []
+        try:
+            groups = self.curator.sampler.rollout(ctx, chunk)
+            kept = self.curator.process(ctx, groups)
+        finally:
+            calls, self._step_evidence = self._step_evidence, None
         for part in [self.curator.sampler, *self.curator.processors]:  # SAGE-LIGHT's levels, as this package's step
             part.observe(ctx, kept)
+        if calls:
+            self._observe(*(np.concatenate([np.asarray(c[j]) for c in calls]) for j in range(3)), trained=kept[:B])
         kind = "grpo" if self.scale_rewards == "group" else "drgrpo"
         per_token = self._dro is not None and self._dro.use_as in ("token_weights", "both")
         slots = []  # (row, advantage, masked, per-token weights or None), in training order
@@ -615,15 +649,47 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
 
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         if self.args.should_save and os.path.isdir(folder):
+            # the chunks the dataloader's look-ahead chose but training has not reached (each generation batch is
+            # observed once, so chunk r is trained once r < observed)
+            pending = [{"round": h["round"], "indices": h["indices"]} for h in self.curation.history
+                       if h["round"] >= self.curation.observed]
             with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
-                json.dump(self.curation.state_dict(), f)
+                json.dump({**self.curation.state_dict(), "pending": pending}, f)
+            if self.curator is not None:  # the hosted sampler's and processors' state (SAGE-LIGHT's levels)
+                with open(os.path.join(folder, CURATOR_STATE_FILE), "w") as f:
+                    json.dump({"sampler": self.curator.sampler.state_dict(),
+                               "processors": [p.state_dict() for p in self.curator.processors]}, f)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         path = os.path.join(checkpoint, SAMPLER_STATE_FILE) if checkpoint else None
         if path and os.path.isfile(path):
             with open(path) as f:
-                self.curation.load_state_dict(json.load(f))
+                state = json.load(f)
+            self.curation.load_state_dict(state)
+            if self._curation_sampler is not None:
+                self._curation_sampler.pending = list(state.get("pending", []))
+        path = os.path.join(checkpoint, CURATOR_STATE_FILE) if checkpoint else None
+        if self.curator is not None and path and os.path.isfile(path):
+            with open(path) as f:
+                state = json.load(f)
+            self.curator.sampler.load_state_dict(state["sampler"])
+            for part, part_state in zip(self.curator.processors, state["processors"]):
+                part.load_state_dict(part_state)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint and not self.args.ignore_data_skip:
+            raise ValueError("resume_from_checkpoint with ignore_data_skip=False: the Hugging Face loop would replay "
+                             "the batches already trained by asking the sampler for them, which moves the selection "
+                             "on without rewards; set ignore_data_skip=True in the GRPOConfig (the sampler's state is "
+                             "restored from the checkpoint)")
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+
+def _refuse_workers(args) -> None:
+    if int(getattr(args, "dataloader_num_workers", 0) or 0) != 0:
+        raise ValueError(f"dataloader_num_workers={args.dataloader_num_workers}: worker processes would choose prompts "
+                         f"several generation batches before their rewards arrive; set dataloader_num_workers=0")
 
 
 def selection_lag(history: Sequence[dict]) -> list[int]:
