@@ -19,6 +19,7 @@ import ast
 import io
 import json
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -178,27 +179,30 @@ def test_verl_builds_and_drives_the_sampler(parquet, tokenizer, reward_loop):
 
 
 def test_sampler_state_travels_with_the_dataloader_checkpoint(parquet, tokenizer):
-    """verl saves ``train_dataloader.state_dict()`` in data.pt; a resumed run continues exactly."""
+    """verl saves ``train_dataloader.state_dict()`` in data.pt. verl 0.7.1's ``fit()`` saves it before it feeds the
+    sampler the step's rewards (``_save_checkpoint`` at ray_trainer.py:1529, ``sampler.update`` at :1600), so the
+    resumed beliefs hold every step but the checkpoint's own, and the run goes on with the rest of the epoch."""
     cfg = data_config(parquet, strategy="mopps")
     _, sampler, loader = make_loader(parquet, tokenizer, cfg)
     rng = np.random.default_rng(1)
     scored: list = []
     it = iter(loader)
-    for _ in range(3):
-        sampler.update(simulate_step(next(it), rng, scored))
     buf = io.BytesIO()
-    torch.save(loader.state_dict(), buf)  # RayPPOTrainer._save_checkpoint
-    rest = [int(i) for i in next(it)["index"]]  # what the uninterrupted run trains on next
-    alpha_after_3 = sampler.selection.selector.beliefs.alpha.copy()
+    for step in range(3):
+        batch = next(it)
+        if step == 2:  # the checkpoint step, in fit()'s order: saved first, then fed
+            alpha_saved = sampler.selection.selector.beliefs.alpha.copy()
+            torch.save(loader.state_dict(), buf)  # RayPPOTrainer._save_checkpoint
+        sampler.update(simulate_step(batch, rng, scored))
+    assert not np.array_equal(sampler.selection.selector.beliefs.alpha, alpha_saved)  # step 3's rewards came after
 
     _, sampler2, loader2 = make_loader(parquet, tokenizer, cfg)  # a new process resumes
     buf.seek(0)
     loader2.load_state_dict(torch.load(buf, weights_only=False))  # RayPPOTrainer._load_checkpoint
     it2 = iter(loader2)  # torchdata applies the saved state when fit() starts iterating
-    assert np.array_equal(sampler2.selection.selector.beliefs.alpha, alpha_after_3)
-    assert sampler2.selection.observed == 3
+    assert np.array_equal(sampler2.selection.selector.beliefs.alpha, alpha_saved)
+    assert sampler2.selection.observed == 2  # the checkpoint step's rewards are not in it
     batches = list(it2)
-    assert [int(i) for i in batches[0]["index"]] == rest
     assert len(batches) == N_PROMPTS // BATCH - 3  # the rest of the epoch
     state = sampler2.state_dict()
     assert json.loads(json.dumps(state)) == state
@@ -336,3 +340,24 @@ def test_prompt_ids_fall_back_to_extra_info_and_refuse_a_batch_without_them():
     for bad in ({}, {"extra_info": np.array([{"index": 3}, {"split": "train"}], dtype=object)}):
         with pytest.raises(ValueError, match=r"neither non_tensor_batch\['index'\] nor an extra_info\['index'\]"):
             prompt_ids(bad)
+
+
+def test_a_sampler_that_is_never_fed_says_so_once(parquet, tokenizer):
+    """verl's DAPO recipe (``RayDAPOTrainer.fit``) builds the curriculum sampler but never calls its ``update``:
+    INSIGHT would choose without feedback for the whole run. After three selections with no reward the sampler
+    warns once; a sampler fed after every step does not."""
+    cfg = data_config(parquet, strategy="insight")
+    _, sampler, loader = make_loader(parquet, tokenizer, cfg)
+    with pytest.warns(UserWarning, match=r"3 selections and no rewards observed: the insight selector is choosing "
+                                         r"without feedback; .*sampler.update\(batch\)") as caught:
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+    assert sum("without feedback" in str(w.message) for w in caught) == 1
+    _, fed, loader = make_loader(parquet, tokenizer, cfg)
+    rng, scored = np.random.default_rng(2), []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        it = iter(loader)
+        for _ in range(5):
+            fed.update(simulate_step(next(it), rng, scored))

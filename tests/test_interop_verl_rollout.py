@@ -5,6 +5,7 @@ fed the same draws, must keep the same responses."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -263,3 +264,44 @@ def test_a_selector_in_front_of_the_wrapper_learns_from_what_was_generated(evide
     a, b = sampler.selection.selector.beliefs.alpha[0], sampler.selection.selector.beliefs.beta[0]
     assert 0 < hinted_failures < n and sampler.last_update[0] == (0, n) and a == 1
     assert b == 1 + n + (hinted_failures if evidence == "generated" else 0)
+
+
+def test_sage_lights_schedule_travels_in_the_curriculum_samplers_checkpoint():
+    """verl 0.7 saves only the dataloader's state (data.pt): with ``curriculum=`` the wrapper's SAGE-LIGHT levels
+    are part of the curriculum sampler's state, and a resumed run (sampler restored before or after the wrapper is
+    attached) continues the schedule instead of starting every prompt at level 0."""
+    from omegaconf import OmegaConf
+
+    from rlcurate.interop.verl import CurationSampler
+
+    task = get_task("arithmetic", style="chat", levels=["add2", "mul2x1"], n_train=8, n_test=4)
+    train = task.problems("train")
+    ids = [0, 1, 2, 3]
+    problems = {i: train[i] for i in ids}
+    plain = {i: task.messages(problems[i]) for i in ids}
+    cfg = OmegaConf.create({"sampler": {"strategy": "uniform", "group_size": 4, "seed": 0}, "train_batch_size": 4})
+
+    def wrapper(curriculum):
+        return CuratedRollout(Manager({0: 0.0, 1: 0.9, 2: 0.0, 3: 0.5}, {0: 0.8, 1: 0.9, 2: 0.0, 3: 0.5}, plain),
+                              "sage_light", n=4, strategy_kwargs={"hint_mode": "user"}, task=task, problems=problems,
+                              curriculum=curriculum)
+
+    sampler = CurationSampler(list(range(8)), cfg)
+    first = wrapper(sampler)
+    for step in range(2):
+        batch = prompts(ids, 4, plain)
+        batch.meta_info["global_steps"] = step
+        first.generate_sequences(batch)
+    schedule = first.curator.sampler.state_dict()
+    assert any(level > 0 for _, level, _ in schedule["visits"])  # the failing prompts came back hinted
+    state = json.loads(json.dumps(sampler.state_dict()))  # as data.pt holds it
+    assert state["hosted"]["sampler"] == json.loads(json.dumps(schedule))
+    for attach_first in (True, False):  # verl restores data.pt in fit(), after the wrapper is built; either order
+        resumed = CurationSampler(list(range(8)), cfg)
+        if attach_first:
+            again = wrapper(resumed)
+            resumed.load_state_dict(state)
+        else:
+            resumed.load_state_dict(state)
+            again = wrapper(resumed)
+        assert again.curator.sampler.state_dict() == schedule

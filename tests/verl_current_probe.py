@@ -116,7 +116,8 @@ def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
     from rlcurate.interop.verl import CurationSampler
 
     res = {}
-    for name, changes in (("plain", {}), ("dapo", {"algorithm.filter_groups.enable": True})):
+    uniform = {"strategy": "uniform", "group_size": N_RESP}
+    for name, changes in (("plain", {}), ("dapo", {"algorithm.filter_groups.enable": True, "data.sampler": uniform})):
         trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **changes), tokenizer)
         trainer._init_dataloader()  # verl's PPOTrainer._init_dataloader, then ours
         loader = trainer.train_dataloader
@@ -146,6 +147,12 @@ def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
         res["pool_refused"] = ""
     except ValueError as exc:
         res["pool_refused"] = str(exc)
+    # so is a belief selector (the config's INSIGHT) under DAPO's filter, whose dropped groups it would never see
+    try:
+        v1.CuratedPPOTrainer(verl_config(parquet, **{"algorithm.filter_groups.enable": True}))
+        res["belief_dapo_refused"] = ""
+    except ValueError as exc:
+        res["belief_dapo_refused"] = str(exc)
     out["dataloader"] = res
 
 

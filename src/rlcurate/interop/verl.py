@@ -38,6 +38,7 @@ and feeds it each step's rewards through :meth:`CurationSampler.observe` (tested
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -174,6 +175,8 @@ class CurationSampler(_SamplerBase):
         self._epoch_pos = 0  # chunks already chosen in the current epoch
         self._pending: list[int] = []  # the chosen chunk's prompts not yet handed to the dataloader
         self.last_update: dict[int, tuple[int, int]] = {}
+        self.hosted = None  # a rollout wrapper whose strategy state travels with this sampler's (attach)
+        self._hosted_state: dict | None = None  # restored before the wrapper was attached
 
     # ------------------------------------------------------------------ sampling
     def __iter__(self):
@@ -182,6 +185,7 @@ class CurationSampler(_SamplerBase):
         # one prompt at a time) trains on the prompts the uninterrupted run would have, and selects when it would.
         while self._pending or self._epoch_pos < self.chunks_per_epoch:  # a restored state resumes mid-epoch
             if not self._pending:
+                self._warn_if_unfed()
                 self._pending = list(self.selection.select(self.batch_size))  # a copy: the history keeps its own
                 self._epoch_pos += 1
             yield self._pending.pop(0)
@@ -189,6 +193,20 @@ class CurationSampler(_SamplerBase):
 
     def __len__(self) -> int:
         return self.chunks_per_epoch * self.batch_size
+
+    UNFED_LIMIT = 3
+    """Selections made with no reward observed since the sampler began, past which :meth:`__iter__` warns once."""
+
+    def _warn_if_unfed(self) -> None:
+        """A selector that learns from rewards but is never fed chooses as at the start (verl's DAPO recipe,
+        ``RayDAPOTrainer.fit``, never calls ``sampler.update``): said once, naming the cause."""
+        if (not getattr(self, "_warned_unfed", False) and self.selection.observed == 0
+                and self.selection.rounds >= self.UNFED_LIMIT and hasattr(self.selection.selector, "beliefs")):
+            warnings.warn(f"CurationSampler: {self.selection.rounds} selections and no rewards observed: the "
+                          f"{self.selection.selector.name} selector is choosing without feedback; the trainer must call "
+                          f"sampler.update(batch) after each step (RayPPOTrainer.fit does, verl's DAPO recipe does not)",
+                          stacklevel=3)
+            self._warned_unfed = True
 
     # ------------------------------------------------------------------ feedback
     def positions(self, ids) -> np.ndarray:
@@ -228,13 +246,30 @@ class CurationSampler(_SamplerBase):
         return self.last_update
 
     # ------------------------------------------------------------------ checkpoint
+    def attach(self, hosted) -> None:
+        """Carry ``hosted``'s state (``state_dict``/``load_state_dict``; a
+        :class:`~rlcurate.interop.verl_rollout.CuratedRollout`'s SAGE-LIGHT levels) in this sampler's, which verl
+        saves in each checkpoint; a state restored before it was attached is handed to it now."""
+        self.hosted = hosted
+        if self._hosted_state is not None:
+            hosted.load_state_dict(self._hosted_state)
+            self._hosted_state = None
+
     def state_dict(self) -> dict[str, Any]:
-        return {"selection": self.selection.state_dict(), "epoch_pos": self._epoch_pos, "pending": list(self._pending)}
+        state = {"selection": self.selection.state_dict(), "epoch_pos": self._epoch_pos, "pending": list(self._pending)}
+        if self.hosted is not None:
+            state["hosted"] = self.hosted.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selection.load_state_dict(state["selection"])
         self._epoch_pos = int(state["epoch_pos"])
         self._pending = [int(i) for i in state.get("pending", [])]  # absent from checkpoints before it was kept
+        if state.get("hosted") is not None:
+            if self.hosted is not None:
+                self.hosted.load_state_dict(state["hosted"])
+            else:
+                self._hosted_state = state["hosted"]
 
 
 def prompt_ids(non_tensors) -> np.ndarray:

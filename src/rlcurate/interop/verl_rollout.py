@@ -36,6 +36,11 @@ Usage, after ``trainer.init_workers()``::
                                                    n=config.actor_rollout_ref.rollout.n)
     trainer.fit()        # with algorithm.adv_estimator=rlcurate_pool_grpo
 
+With SAGE-LIGHT (whose schedule lives here across steps) pass ``curriculum=trainer.train_dataloader.sampler`` where
+the dataloader's sampler is :class:`~rlcurate.interop.verl.CurationSampler`: the schedule then travels in the
+sampler's state, which verl saves in each checkpoint's ``data.pt``; without it a resumed run starts every prompt
+at level 0.
+
 Tested with verl 0.7.1's ``DataProto`` and a stand-in for the manager (``tests/test_interop_verl_rollout.py``). verl
 0.8 and later keep a step's data in TransferQueue and generate through their agent loop there; this wrapper is
 for 0.7.1 (it refuses nothing by version, but only that one was tested).
@@ -99,10 +104,14 @@ class CuratedRollout:
             ``index_key`` values (the task's ``messages`` and ``hint`` write the hinted prompts).
         score: ``score(DataProto) -> rewards per row``; default: ``rm_scores`` summed over the response.
         index_key: the non-tensor field naming each row's prompt (verl's ``index``).
+        curriculum: the curriculum sampler (``trainer.train_dataloader.sampler``, a
+            :class:`~rlcurate.interop.verl.CurationSampler`) whose state, saved by verl in every checkpoint's
+            ``data.pt``, carries this strategy's state too (SAGE-LIGHT's levels), so a resumed run keeps it.
     """
 
     def __init__(self, inner, strategy, n: int, strategy_kwargs: dict | None = None, task=None,
-                 problems: Mapping[Any, Any] | None = None, score: Callable | None = None, index_key: str = "index"):
+                 problems: Mapping[Any, Any] | None = None, score: Callable | None = None, index_key: str = "index",
+                 curriculum=None):
         if isinstance(n, bool) or int(n) != n or n < 1:
             raise ValueError(f"n must be rollout.n, a positive integer; got {n!r}")
         self.inner, self.n, self.score, self.index_key = inner, int(n), score, index_key
@@ -119,8 +128,22 @@ class CuratedRollout:
                                  f"hints and chat turns write the hinted raw_prompt)")
             check_task_hints(sampler.hints, task, f"strategy {self.curator.name!r} around verl", chat_turns=True)
         self.step_log: list[dict] = []
+        if curriculum is not None:
+            curriculum.attach(self)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's sampler and processors (SAGE-LIGHT's levels), as JSON values."""
+        return {"sampler": self.curator.sampler.state_dict(),
+                "processors": [p.state_dict() for p in self.curator.processors]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.curator.sampler.load_state_dict(state["sampler"])
+        for part, part_state in zip(self.curator.processors, state["processors"]):
+            part.load_state_dict(part_state)
 
     def __getattr__(self, name):  # start_profile, wake_up, ...: the wrapped manager's
+        if name in ("inner", "curator"):  # not yet set (during __init__ or unpickling): not the manager's
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     # ------------------------------------------------------------------ one step

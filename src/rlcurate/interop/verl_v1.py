@@ -32,9 +32,11 @@ name, and runs as the sync trainer in every respect but these:
   then cleared from TransferQueue.
 
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
-``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step (DAPO,
-``sync_refill_failed_groups``) come from a selection made before that step's rewards, and a resumed run first
-trains on the prompts the saved selection had left (they are part of the sampler's state).
+``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step
+(``sync_refill_failed_groups``) come from the sampler's next selection, made before that step's rewards and
+without leaving out the step's own prompts (a refilled prompt may repeat one of the step; the rest of that
+selection starts the next step), and a resumed run first trains on the prompts the saved selection had left
+(they are part of the sampler's state).
 
 SAGE-LIGHT's hints (chapter 7), with ``data.sampler.hints`` set: every prompt verl fetches passes through
 ``_next_train_batch``, where SAGE-LIGHT's own sampler (:class:`~rlcurate.curation.sage.SageLightSampler`) gives it
@@ -52,9 +54,12 @@ whose group is all wrong at the next level within the step, and the sync trainer
 loop once), hints the policy writes itself or hints in the assistant turn, and DAPO's filter (verl evicts the all-wrong groups before the step, so the
 schedule would never raise a level).
 
-Not hosted: with ``algorithm.filter_groups`` on, verl's replay buffer clears the groups it filters from
-TransferQueue before the step, so the sampler observes only the groups trained on (rlcurate's own
-``insight+dapo`` observes every generated group). ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
+Refused: a selector that learns from rewards (INSIGHT, MoPPS and the other belief selectors) with
+``algorithm.filter_groups`` on. verl's replay buffer clears the groups it filters out (and the surplus past the
+batch) from TransferQueue before the step ends, so the selector would observe only the groups trained on; a prompt
+whose groups are always filtered keeps its prior, which INSIGHT ranks first, so it would be chosen again and again
+(a reader's simulation of verl's refill loop stopped completing steps with 60 % of the pool flat). With the filter,
+``strategy=uniform``; rlcurate's own ``insight+dapo`` (its trainer, or TRL) observes every generated group. ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
 when the trainer is built: verl 0.9.1's ``_compute_advantage`` reads a fixed list of fields from
 TransferQueue, without ``reward_baselines``, and nothing in verl 0.9 writes them (appendix A2).
 
@@ -313,10 +318,24 @@ def refuse_unhostable(config) -> None:
     if skip_requested(config):
         refuse_inexact(config, TRAINER_NAME)
     filter_groups = config.algorithm.get("filter_groups", None)
-    if HintSchedule.parse(config.data) is not None and filter_groups is not None and filter_groups.get("enable", False):
+    dapo = filter_groups is not None and filter_groups.get("enable", False)
+    if HintSchedule.parse(config.data) is not None and dapo:
         raise ValueError(f"{TRAINER_NAME}: data.sampler.hints with algorithm.filter_groups: verl's replay buffer evicts "
                          "the all-wrong groups before the step, so SAGE-LIGHT would never see the failures that raise "
                          "a prompt's hint level")
+    if dapo:
+        from rlcurate.curation.selection import BeliefSelector
+        from rlcurate.interop._core import resolve_selector
+
+        scfg = config.data.get("sampler", None) or {}
+        strategy = scfg.get("strategy", "insight")
+        kwargs = dict(scfg.get("strategy_kwargs", None) or {})
+        if isinstance(resolve_selector(strategy, **kwargs), BeliefSelector):
+            raise ValueError(f"{TRAINER_NAME}: data.sampler.strategy={strategy} with algorithm.filter_groups: verl's "
+                             f"replay buffer clears the groups DAPO filters out before the step ends, so the selector "
+                             f"would never observe them and would keep choosing the prompts DAPO discards (an unobserved "
+                             f"prompt keeps its prior, which INSIGHT ranks first; a run can stop completing steps); use "
+                             f"strategy=uniform with the filter, or insight+dapo in this package's trainer or in TRL")
 
 
 @register_trainer(TRAINER_NAME)
