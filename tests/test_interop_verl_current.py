@@ -75,7 +75,7 @@ def test_verl_step_feeds_the_sampler_as_the_same_rewards_fed_directly(probe):
     assert up["metrics"] == ["rlcurate/belief_mean_observed", "rlcurate/prompts_observed"]
 
 
-def test_pool_baseline_is_refused_when_the_registered_trainer_is_built(probe):
+def test_the_pool_baseline_and_a_belief_selector_under_dapo_are_refused_when_the_trainer_is_built(probe):
     msg = probe["dataloader"]["pool_refused"]
     assert "cannot run algorithm.adv_estimator=rlcurate_pool_grpo" in msg and "reward_baselines" in msg
     msg = probe["dataloader"]["belief_dapo_refused"]
