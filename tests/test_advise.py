@@ -408,7 +408,7 @@ def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsy
     counts.write_text("".join(json.dumps({"id": i, "successes": int(ki), "trials" if i % 2 else "n_runs": 8}) + "\n"
                               for i, ki in enumerate(k)))  # n_runs, as an audit's samples.jsonl names it
     table = tmp_path / "table.csv"
-    table.write_text("uid,successes,trials\n" + "".join(f"q{i},{ki},8\n" for i, ki in enumerate(k)))
+    table.write_text("\ufeffuid,successes,trials\n" + "".join(f"q{i},{ki},8\n" for i, ki in enumerate(k)))
     gates = []
     for source in (folder, rewards, counts, table):
         assert main(["advise", str(source), "--no-sim", "--json"]) == 0
@@ -435,6 +435,7 @@ def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsy
     ("h.csv", "uid,successes,trials\na,1,2\nb,one,2\n", "h.csv: line 3: successes must be a whole number >= 0, got 'one'"),
     ("i.csv", "uid,successes,trials\na,1.5,2\n", "i.csv: line 2: successes must be a whole number >= 0, got 1.5"),
     ("j.jsonl", "\n\n", "j.jsonl: no prompts in it"),
+    ("n.csv", "uid,successes,trials\nq1,2,8,\n", "n.csv: line 2: more fields than the header's 3"),
     ("k.jsonl", None, "k.jsonl: no such file"),
     ("l.json", '{"uid": "a"}', "l.json: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, "
                                "or a scores file ending in .jsonl or .csv)"),

@@ -196,7 +196,7 @@ def _read_scores_file(path: Path) -> PoolScores:
         raise UserError(f"{path}: no such file (a scores file: one prompt per line of .jsonl, or a .csv with "
                         f"successes and trials columns)")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # a spreadsheet's "CSV UTF-8" starts with a byte-order mark
     except PermissionError:
         raise UserError(f"{path}: permission denied") from None
     except UnicodeDecodeError as exc:
@@ -260,6 +260,8 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
                         f"{', '.join(columns) or 'nothing'}")
     rows = []
     for number, row in enumerate(reader, start=2):
+        if None in row:  # csv puts the fields past the header's under None
+            raise UserError(f"{path}: line {number}: more fields than the header's {len(columns)}")
         row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
         if not any(row.values()):
             continue
