@@ -60,6 +60,45 @@ def test_every_rank_yields_the_same_stream_given_the_same_rewards():
     assert np.array_equal(ranks[0].selector.beliefs.alpha, ranks[1].selector.beliefs.alpha)
 
 
+def test_top_ups_draw_from_a_stream_of_their_own():
+    """Each top-up (``more``) draws random numbers no other call draws: with the stream of the current round,
+    a top-up and the next round's ``select`` shared them (MoPPS's Thompson draws and INSIGHT's candidate draws
+    then picked the top-up's prompts again), and so did two top-ups of one step."""
+    from rlcurate.curation.base import Selector
+
+    class Spy(Selector):
+        name = "spy"
+
+        def __init__(self):
+            super().__init__()
+            self.draws = []
+
+        def select(self, ctx, k):
+            self.draws.append(("select", float(ctx.rng.random())))
+            return super().select(ctx, k)
+
+        def more(self, ctx, k):
+            self.draws.append(("more", float(ctx.rng.random())))
+            return super().more(ctx, k)
+
+    def run():
+        sel = PromptSelection(Spy(), n_items=60, group_size=4, seed=3)
+        first = sel.select(4)
+        sel.more(4, taken=first)
+        sel.more(4)
+        sel.select(4)
+        return sel
+
+    sel = run()
+    values = [v for _, v in sel.selector.draws]
+    assert [kind for kind, _ in sel.selector.draws] == ["select", "more", "more", "select"]
+    assert len(set(values)) == 4, f"two calls drew the same random numbers: {sel.selector.draws}"
+    assert run().selector.draws == sel.selector.draws  # and all of it is reproducible
+    other = PromptSelection(Spy(), n_items=60, group_size=4, seed=3)
+    other.load_state_dict(json.loads(json.dumps(sel.state_dict())))
+    assert other.more_calls == sel.more_calls == 2
+
+
 def test_observe_counts_successes_at_the_threshold_and_skips_nan():
     sel = PromptSelection("insight", n_items=5, group_size=4, seed=0)
     counts = sel.observe([2, 2, 2, 2, 4, 4], [1.0, 0.0, 1.0, float("nan"), 0.5, 1.0])

@@ -520,11 +520,18 @@ class Curator:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"selector": self.selector.state_dict(), "sampler": self.sampler.state_dict(),
-                "processors": [p.state_dict() for p in self.processors]}
+        return {"selector": self.selector.state_dict(), **self.rollout_state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
+        self.load_rollout_state_dict(state)
+
+    def rollout_state_dict(self) -> dict[str, Any]:
+        """The sampler's and processors' state alone: what a host saves beside a selection it keeps itself
+        (:class:`rlcurate.interop.PromptSelection` carries the selector's)."""
+        return {"sampler": self.sampler.state_dict(), "processors": [p.state_dict() for p in self.processors]}
+
+    def load_rollout_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
         for p, s in zip(self.processors, state["processors"]):
             p.load_state_dict(s)

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlcurate.curation.base import Curator, Group, Processor, Sampler, Selector, StepContext
+from rlcurate.seeding import named_stream
 from rlcurate.tasks.base import Problem
 
 __all__ = ["PromptSelection", "resolve_selector", "problems_by_uid", "foreign_parts", "HostedRow",
@@ -188,6 +189,7 @@ class PromptSelection:
         self.selector.bind(self.n_items, self.seed)
         self.rounds = 0  # selections made
         self.observed = 0  # reward batches observed
+        self.more_calls = 0  # calls to more()
         self.history: list[dict[str, Any]] = []  # per selection: round, observed batches, indices
 
     # ------------------------------------------------------------------ the two calls
@@ -210,7 +212,11 @@ class PromptSelection:
         :meth:`Selector.take`), given when its generation batch was selected ahead of the step."""
         if taken is not None:
             self.selector.take(taken)
-        return [int(i) for i in self.selector.more(self.context(self.rounds, int(k)), int(k))]
+        ctx = self.context(self.rounds, int(k))
+        # a stream of its own per call: the stream ``curator`` of round ``rounds`` is the next select()'s
+        ctx.rng = named_stream("prompt-selection-more", self.seed, self.rounds, self.more_calls)
+        self.more_calls += 1
+        return [int(i) for i in self.selector.more(ctx, int(k))]
 
     def observe(self, indices: Sequence[int], rewards: Sequence[float],
                 hint_levels: Sequence[int] | None = None, pool_successes: Sequence[float] | None = None,
@@ -292,11 +298,12 @@ class PromptSelection:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         return {"selector": self.selector.state_dict(), "rounds": self.rounds, "observed": self.observed,
-                "n_items": self.n_items, "seed": self.seed, "group_size": self.group_size}
+                "more_calls": self.more_calls, "n_items": self.n_items, "seed": self.seed, "group_size": self.group_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if int(state["n_items"]) != self.n_items:
             raise ValueError(f"state is for a pool of {state['n_items']} items, this one has {self.n_items}")
         self.selector.load_state_dict(state["selector"])
         self.rounds, self.observed = int(state["rounds"]), int(state["observed"])
+        self.more_calls = int(state.get("more_calls", 0))  # absent from states saved before 2026-11-28
         self.seed, self.group_size = int(state["seed"]), int(state["group_size"])

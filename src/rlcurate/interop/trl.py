@@ -657,8 +657,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
                 json.dump({**self.curation.state_dict(), "pending": pending}, f)
             if self.curator is not None:  # the hosted sampler's and processors' state (SAGE-LIGHT's levels)
                 with open(os.path.join(folder, CURATOR_STATE_FILE), "w") as f:
-                    json.dump({"sampler": self.curator.sampler.state_dict(),
-                               "processors": [p.state_dict() for p in self.curator.processors]}, f)
+                    json.dump(self.curator.rollout_state_dict(), f)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -672,10 +671,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         path = os.path.join(checkpoint, CURATOR_STATE_FILE) if checkpoint else None
         if self.curator is not None and path and os.path.isfile(path):
             with open(path) as f:
-                state = json.load(f)
-            self.curator.sampler.load_state_dict(state["sampler"])
-            for part, part_state in zip(self.curator.processors, state["processors"]):
-                part.load_state_dict(part_state)
+                self.curator.load_rollout_state_dict(json.load(f))
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if resume_from_checkpoint and not self.args.ignore_data_skip:

@@ -133,13 +133,10 @@ class CuratedRollout:
 
     def state_dict(self) -> dict[str, Any]:
         """The strategy's sampler and processors (SAGE-LIGHT's levels), as JSON values."""
-        return {"sampler": self.curator.sampler.state_dict(),
-                "processors": [p.state_dict() for p in self.curator.processors]}
+        return self.curator.rollout_state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.curator.sampler.load_state_dict(state["sampler"])
-        for part, part_state in zip(self.curator.processors, state["processors"]):
-            part.load_state_dict(part_state)
+        self.curator.load_rollout_state_dict(state)
 
     def __getattr__(self, name):  # start_profile, wake_up, ...: the wrapped manager's
         if name in ("inner", "curator"):  # not yet set (during __init__ or unpickling): not the manager's
