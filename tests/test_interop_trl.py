@@ -295,12 +295,35 @@ def test_sampler_state_is_saved_with_trl_checkpoints_and_restored(tmp_path, tiny
     saved = tmp_path / "trl" / "checkpoint-2" / SAMPLER_STATE_FILE
     state = json.loads(saved.read_text())
     assert state["observed"] == 2 and state["rounds"] == first.curation.rounds
-    resumed, more = _train(tmp_path, tiny_checkpoint, steps=3, ignore_data_skip=True,
-                           resume=str(tmp_path / "trl" / "checkpoint-2"))
+    resumed, more = _train(tmp_path, tiny_checkpoint, steps=3, resume=str(tmp_path / "trl" / "checkpoint-2"))
     b = resumed.curation.selector.beliefs
     assert resumed.curation.observed == 3
     # the resumed beliefs hold the first run's two batches plus the third one
     assert (b.alpha - 1).sum() + (b.beta - 1).sum() == len(scored) + len(more) == 3 * 8
+
+
+@pytest.mark.slow
+def test_a_run_resumed_within_a_generation_batch_trains_what_the_uninterrupted_run_trains(tmp_path, tiny_checkpoint):
+    """With num_iterations=3 each generation batch is trained on three optimizer steps, so checkpoint-1 falls within
+    one. The run resumed from it trains that batch's last iterations on the completions the first generated (TRL's
+    buffer and micro-step count travel with the checkpoint) instead of skipping them, then generates, selects and
+    moves the model as the uninterrupted run does; so does a run resumed again from its own checkpoint-2 (still
+    within the first batch), and one resumed with ignore_data_skip=True (within the epoch)."""
+    def resume(name, checkpoint, **extra):
+        return _train(tmp_path / name, tiny_checkpoint, steps=6, num_iterations=3, resume=str(checkpoint), **extra)
+
+    whole, scored = _train(tmp_path / "whole", tiny_checkpoint, steps=6, num_iterations=3, save_strategy="steps",
+                           save_steps=1)
+    assert whole.curation.observed == 2 and len(scored) == 2 * 8
+    once = resume("once", tmp_path / "whole" / "trl" / "checkpoint-1", save_strategy="steps", save_steps=1)
+    runs = [once, resume("twice", tmp_path / "once" / "trl" / "checkpoint-2"),
+            resume("ignoring", tmp_path / "whole" / "trl" / "checkpoint-1", ignore_data_skip=True)]
+    for resumed, more in runs:
+        assert more == scored[8:]  # one generation, at step 3: the same prompts and rewards
+        assert resumed.curation.observed == 2
+        assert np.array_equal(resumed.curation.selector.beliefs.alpha, whole.curation.selector.beliefs.alpha)
+        for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
 
 
 # ---------------------------------------------------------------------------------------------- DAPO in TRL
@@ -726,26 +749,23 @@ def test_sage_light_in_trl_hints_the_prompts_this_packages_sage_light_hints(tmp_
 def test_a_hosted_strategys_state_is_saved_with_trl_checkpoints_and_restored(tmp_path, tiny_checkpoint):
     """SAGE-LIGHT's hint levels travel with a TRL checkpoint (rlcurate_curator.json) beside the selector's state: a
     run resumed from step 2 trains steps 3 to 6 as the uninterrupted run does (the chunk the dataloader chose ahead
-    before the checkpoint included), and a prompt that failed in the first pass is hinted in the second. Resuming without ignore_data_skip=True, or with dataloader workers, is refused
-    in one line."""
+    before the checkpoint included; the epoch of 3 steps ends after step 3), and a prompt that failed in the first
+    pass is hinted in the second. Dataloader workers are refused in one line."""
     from rlcurate.interop.trl import CURATOR_STATE_FILE
 
     whole, *_ = _sage_trainer(tmp_path, tiny_checkpoint, steps=6, save_strategy="steps", save_steps=2)
     saved = tmp_path / "trl" / "checkpoint-2"
     at_2 = json.loads((saved / CURATOR_STATE_FILE).read_text())["sampler"]
     assert any(acc == 0 for _, _, acc in at_2["visits"])  # a prompt that failed: hinted at its next visit
-    with pytest.raises(ValueError, match=r"^resume_from_checkpoint with ignore_data_skip=False: .*set "
-                                         r"ignore_data_skip=True"):
-        _sage_trainer(tmp_path, tiny_checkpoint, steps=6, resume=str(saved))
-    resumed, *_ = _sage_trainer(tmp_path / "again", tiny_checkpoint, steps=6, resume=str(saved), ignore_data_skip=True)
+    resumed, *_ = _sage_trainer(tmp_path / "again", tiny_checkpoint, steps=6, resume=str(saved))
     end = whole.curator.sampler.state_dict()
     assert any(lv > 0 for _, lv, _ in end["visits"])  # the second pass hinted a prompt that failed in the first
-    levels = lambda state: [(i, lv) for i, lv, _ in state["visits"]]  # noqa: E731
-    assert levels(resumed.curator.sampler.state_dict()) == levels(end)
-    # steps 3 to 6 train the same prompts at the same hint levels (TRL's resumed generation draws other completions,
-    # so the rewards, and the accuracies SAGE-LIGHT keeps, may differ)
+    # steps 3 to 6 train the same prompts at the same hint levels on the same completions (the generators are
+    # restored after the dataloader's iterator drew its seed), so the levels and accuracies end the same
+    assert resumed.curator.sampler.state_dict() == end
     plan = lambda log: [(s["kept"], s["hint_levels"]) for s in log]  # noqa: E731
     assert plan(resumed.step_log) == plan(whole.step_log[2:])
+    assert resumed.rounds == whole.rounds[-len(resumed.rounds):]  # every call's prompts, rewards and texts
     with pytest.raises(ValueError, match="dataloader_num_workers=1: worker processes would choose prompts"):
         _sage_trainer(tmp_path, tiny_checkpoint, steps=1, dataloader_num_workers=1)
 

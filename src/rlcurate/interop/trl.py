@@ -78,9 +78,15 @@ its uids against a dataset column (``uid_column``, default ``"uid"``; positions 
 
 Resuming from a TRL checkpoint: the sampler's state is saved as ``rlcurate_sampler.json`` in each
 checkpoint folder (a hosted strategy's sampler and processors, SAGE-LIGHT's levels for instance, as
-``rlcurate_curator.json``) and restored by ``train(resume_from_checkpoint=...)``, which requires
-``ignore_data_skip=True`` in the config (refused otherwise: the Hugging Face loop would replay, and thereby
-re-select, the batches it already trained on). ``dataloader_num_workers`` must be 0 (workers would select ahead).
+``rlcurate_curator.json``) and restored by ``train(resume_from_checkpoint=...)``, with the chunks the dataloader's
+look-ahead had chosen but training had not reached, and, for a checkpoint within a generation batch
+(``num_iterations`` > 1, or ``steps_per_generation`` > ``gradient_accumulation_steps``), TRL's buffer of the batch's
+completions and its micro-step count (``rlcurate_generation_<rank>.pt``). The batches the loop skips on resume are
+placeholders the sampler yields without selecting, and the loop restores the generators after them, so the resumed
+run generates, selects and trains as the uninterrupted one (tested: same completions, rewards and parameters). With
+``ignore_data_skip=True`` the resumed run trains the same prompts, and the same completions until its first epoch
+ends (it runs a whole epoch of batches from the checkpoint, so later epochs start, and the dataloader draws its seed
+from the generators, at other steps). ``dataloader_num_workers`` must be 0 (workers would select ahead).
 
 With a hosted strategy the selector observes once per step, after the sampler and processors have run, every row
 of every generate-and-score call of the step (its discount applied once; ``evidence="trained"`` reads the kept
@@ -112,6 +118,7 @@ _TEXT_ONLY = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", 
               "num_items_in_batch")
 SAMPLER_STATE_FILE = "rlcurate_sampler.json"
 CURATOR_STATE_FILE = "rlcurate_curator.json"  # a hosted strategy's sampler and processors
+GENERATION_STATE_FILE = "rlcurate_generation_{rank}.pt"  # per process: TRL's buffer within a generation batch
 
 
 def hosted_parts(strategy, strategy_kwargs: dict | None = None):
@@ -408,17 +415,23 @@ class CurationSampler(Sampler[int]):
             raise ValueError(f"the pool of {selection.n_items} prompts holds no full chunk of {self.batch_size}")
         self.chunks_per_epoch = n
         self.pending: list[dict] = []  # chunks chosen before a checkpoint but not yet trained: yielded first
+        self.skip = 0  # passes a resumed loop skips (trained before the checkpoint): yielded as placeholders
 
     def __iter__(self):
-        for _ in range(self.chunks_per_epoch):
+        skip, self.skip = self.skip, 0
+        for _ in range(skip):  # the Hugging Face loop discards them unseen: nothing is selected for them
+            yield from [0] * (self.batch_size * self.mini_repeat_count)
+        for _ in range(self.chunks_per_epoch - skip // self.repeat_count):
+            passes = self.repeat_count
             if self.pending:  # a resumed run trains what the interrupted one had chosen ahead, as it would have
                 entry = self.pending.pop(0)
                 chunk = [int(i) for i in entry["indices"]]
+                passes = int(entry.get("passes", passes))  # fewer: the chunk in flight when the checkpoint was saved
                 self.selection.history.append({"round": int(entry["round"]), "observed": self.selection.observed,
                                                "indices": chunk})
             else:
                 chunk = self.selection.select(self.batch_size)  # chosen only when the first index is needed
-            for _ in range(self.repeat_count):
+            for _ in range(passes):
                 for index in chunk:
                     for _ in range(self.mini_repeat_count):
                         yield index
@@ -653,33 +666,61 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
             # observed once, so chunk r is trained once r < observed)
             pending = [{"round": h["round"], "indices": h["indices"]} for h in self.curation.history
                        if h["round"] >= self.curation.observed]
+            done = self._step % self._generate_every
+            if done:  # saved within a generation batch (num_iterations > 1 or steps_per_generation > A): its last
+                # passes are trained on resume from the completions TRL generated (rlcurate_generation_<rank>.pt)
+                in_flight = next(h for h in self.curation.history if h["round"] == self.curation.observed - 1)
+                pending.insert(0, {"round": in_flight["round"], "indices": in_flight["indices"],
+                                   "passes": self._generate_every - done})
             with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
                 json.dump({**self.curation.state_dict(), "pending": pending}, f)
             if self.curator is not None:  # the hosted sampler's and processors' state (SAGE-LIGHT's levels)
                 with open(os.path.join(folder, CURATOR_STATE_FILE), "w") as f:
                     json.dump(self.curator.rollout_state_dict(), f)
 
+        if self._step % self._generate_every and os.path.isdir(folder):
+            torch.save({"step": self._step, "buffer": self._buffered_inputs},
+                       os.path.join(folder, GENERATION_STATE_FILE.format(rank=self.accelerator.process_index)))
+
+    @property
+    def _generate_every(self) -> int:
+        """The micro-steps one generation batch is trained on (TRL's ``generate_every``)."""
+        return self.args.steps_per_generation * self.num_iterations
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, SAMPLER_STATE_FILE) if checkpoint else None
-        if path and os.path.isfile(path):
+        if not checkpoint:
+            return
+        path = os.path.join(checkpoint, SAMPLER_STATE_FILE)
+        if os.path.isfile(path):
             with open(path) as f:
                 state = json.load(f)
             self.curation.load_state_dict(state)
             if self._curation_sampler is not None:
                 self._curation_sampler.pending = list(state.get("pending", []))
-        path = os.path.join(checkpoint, CURATOR_STATE_FILE) if checkpoint else None
-        if self.curator is not None and path and os.path.isfile(path):
+        path = os.path.join(checkpoint, CURATOR_STATE_FILE)
+        if self.curator is not None and os.path.isfile(path):
             with open(path) as f:
                 self.curator.load_rollout_state_dict(json.load(f))
+        path = os.path.join(checkpoint, GENERATION_STATE_FILE.format(rank=self.accelerator.process_index))
+        if os.path.isfile(path):  # resumed within a generation batch: TRL trains the rest of its buffer
+            state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+            self._step, self._buffered_inputs = int(state["step"]), state["buffer"]
+        if self._curation_sampler is not None and not self.args.ignore_data_skip:
+            # the batches of this epoch the loop will skip, by its own rule ((global_step mod updates per epoch) x A)
+            sampler, A = self._curation_sampler, self.args.gradient_accumulation_steps
+            updates_per_epoch = max(-(-sampler.chunks_per_epoch * sampler.repeat_count // A), 1)
+            sampler.skip = self.state.global_step % updates_per_epoch * A
+        self._rng_checkpoint = checkpoint if self.args.ignore_data_skip else None
 
-    def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        if resume_from_checkpoint and not self.args.ignore_data_skip:
-            raise ValueError("resume_from_checkpoint with ignore_data_skip=False: the Hugging Face loop would replay "
-                             "the batches already trained by asking the sampler for them, which moves the selection "
-                             "on without rewards; set ignore_data_skip=True in the GRPOConfig (the sampler's state is "
-                             "restored from the checkpoint)")
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if getattr(self, "_rng_checkpoint", None):
+            # with ignore_data_skip the loop restores the generators before it builds the dataloader's iterator, which
+            # draws its base seed from them: restored again here, as the loop does itself after skipping batches
+            self._load_rng_state(self._rng_checkpoint)
+            self._rng_checkpoint = None
+        return batches
 
 
 def _refuse_workers(args) -> None:
