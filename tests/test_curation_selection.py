@@ -224,6 +224,23 @@ def test_more_during_a_step_extends_the_selection_without_repeats():
     assert sorted((scores[i] for i in more), reverse=True) == sorted(scores.values(), reverse=True)[:6]
 
 
+def test_a_step_that_takes_the_whole_pool_starts_a_new_pass():
+    """DAPO's top-ups on a pool that one step exhausts: the rest of the pool first, then the best of the others by
+    the rule (as uniform's draw moves to its next epoch), where it raised "cannot select" mid-run."""
+    sel = InsightSelector()
+    random_beliefs(sel, 6)
+    ctx = ctx_for(0, 2)
+    taken = sel.select(ctx, 2) + sel.more(ctx, 2)
+    last = sel.more(ctx, 3)
+    assert len(last) == 3 and len(set(last)) == 3
+    rest = set(range(6)) - set(taken)
+    assert rest < set(last)  # both untaken prompts, then one of this step's again
+    assert not set(sel.more(ctx, 3)) & set(last)  # the new pass goes on without repeats
+    world = SoftmaxWorld.make(n_prompts=12, pass_rate_beta=(0.3, 0.3), seed=0)  # mostly unmixed: DAPO refills
+    res = SimTrainer(world, build_curator("insight+dapo"), prompts_per_step=8, group_size=8, seed=0).run(3)
+    assert max(res.column("rollouts")) > 12 * 8  # a step generated more groups than the pool has prompts
+
+
 def test_compositions_use_the_belief_selector():
     cur = build_curator("insight+sage")
     assert isinstance(cur.selector, InsightSelector) and isinstance(cur.sampler, SageSampler)

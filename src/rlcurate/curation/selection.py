@@ -218,8 +218,16 @@ class BeliefSelector(Selector):
 
     def more(self, ctx: StepContext, k: int) -> list[int]:
         """More prompts during a step (a sampler that refills its batch, e.g. DAPO): the next ``k``
-        best by the same rule among prompts not yet taken this step."""
-        more = self._pick(ctx, k, exclude=self._taken)
+        best by the same rule among prompts not yet taken this step. When fewer than ``k`` are left the
+        step starts a new pass over the pool, as uniform's draw moves to its next epoch: the rest, then
+        the best of the others by the rule (prompts of this step may come again)."""
+        left = self.n_items - len(self._taken)
+        if k <= left:
+            more = self._pick(ctx, k, exclude=self._taken)
+        else:
+            more = self._pick(ctx, left, exclude=self._taken) if left else []
+            more += self._pick(ctx, k - left, exclude=set(more))
+            self._taken = set()
         self._taken.update(more)
         return more
 
