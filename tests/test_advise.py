@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from rlcurate.advise import _verdict, advise, advise_counts, never_solved_share, read_counts, render, sim_prompts
+from rlcurate.advise import _verdict, advise, advise_counts, load_pool, never_solved_share, read_counts, render, sim_prompts
 from rlcurate.cli import main
 from rlcurate.stats import group_mixed_prob
 from rlcurate.stats import mixture
@@ -416,11 +416,30 @@ def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsy
         assert out["prompts"] == 60 and out["runs"] == 8
         gates.append([(r["G"], r["zero_variance"], r["low"], r["high"]) for r in out["gate"]])
     assert gates[1] == gates[0] and gates[2] == gates[0] and gates[3] == gates[0]
+    assert load_pool(table).uids[:2] == ["q0", "q1"]  # the byte-order mark is not part of the first column's name
     assert (rewards.parent / "advice_gate.json").is_file()  # next to the file
     later = tmp_path / "later.jsonl"  # a later checkpoint's results on the same prompts: half of them never solved
     later.write_text("".join(json.dumps({"uid": f"q{i}", "rewards": [float(i % 2)] * 4}) + "\n" for i in range(60)))
-    share, note, _ = never_solved_share(rewards, later)
-    assert share == 0.5 and "30 of 60 prompts never solved" in note
+    share, note, warnings = never_solved_share(rewards, later)
+    assert share == 0.5 and "30 of 60 prompts never solved" in note and not warnings
+
+
+def test_prompts_without_ids_are_numbered_alike_in_jsonl_and_csv(tmp_path):
+    """Without ids a prompt is its position among the file's prompts, whatever the format (blank lines and the
+    header not counted), so a .csv and a .jsonl of the same prompts match, with a warning that they are matched by
+    position; a JSON string holding U+2028 does not split its line."""
+    rng = np.random.default_rng(3)
+    _, k, _ = piles_and_spread(rng, 40)
+    start = tmp_path / "start.csv"
+    start.write_text("successes,trials\n" + "".join(f"{ki},8\n" for ki in k))
+    later = tmp_path / "later.jsonl"
+    later.write_text("\n" + "".join(json.dumps({"rewards": [float(i % 2)] * 4, "note": "a\u2028b"}, ensure_ascii=False)
+                                    + "\n" for i in range(40)))
+    assert load_pool(start).uids == load_pool(later).uids == [str(i) for i in range(1, 41)]
+    share, note, warnings = never_solved_share(start, later)
+    assert share == 0.5 and "20 of 40 prompts never solved" in note
+    assert any("start.csv and " in w and "later.jsonl name prompts without ids: they are matched by their position" in w
+               for w in warnings)
 
 
 @pytest.mark.parametrize("name,text,needle", [
@@ -436,6 +455,8 @@ def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsy
     ("i.csv", "uid,successes,trials\na,1.5,2\n", "i.csv: line 2: successes must be a whole number >= 0, got 1.5"),
     ("j.jsonl", "\n\n", "j.jsonl: no prompts in it"),
     ("n.csv", "uid,successes,trials\nq1,2,8,\n", "n.csv: line 2: more fields than the header's 3"),
+    ("o.jsonl", '{"uid": "a", "successes": 1, "trials": 1e12}\n', "o.jsonl: line 1: trials 1e+12 is more than "
+                                                                  "1,000,000 runs of one prompt"),
     ("k.jsonl", None, "k.jsonl: no such file"),
     ("l.json", '{"uid": "a"}', "l.json: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, "
                                "or a scores file ending in .jsonl or .csv)"),

@@ -55,6 +55,7 @@ SIM_GROUP_SIZES = (2, 4, 8, 16, 32)
 """Group sizes the simulation compares at its 128 rollouts per step."""
 MIN_PROMPTS = 20
 MIN_RUNS = mixture.MIN_RUNS  # the runs a prompt needs to enter the fit (rlcurate.stats.mixture.gate_counts)
+MAX_TRIALS = 1_000_000  # runs of one prompt a scores file may claim (each becomes one score in memory)
 SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
 """The conditions map's world (configs/suites/conditions_sim.yaml) less its pass rates."""
 SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
@@ -149,6 +150,7 @@ class PoolScores:
     scores: list[np.ndarray]
     warnings: list[str] = field(default_factory=list)
     limit: int | None = None
+    numbered: bool = False  # some prompts had no id: their position in the file (1, 2, ...) stands for it
 
 
 def load_pool(source) -> PoolScores:
@@ -160,8 +162,9 @@ def load_pool(source) -> PoolScores:
       ``trials``: an audit's ``samples.jsonl`` is read too);
     * ``.csv``: a header with ``successes`` and ``trials`` (and ``uid``, optional).
 
-    Without ids, the line or row number is the id. Refuses, in one line naming the file and line, what is not
-    one of these (:class:`UserError`)."""
+    Without an id, a prompt's position among the file's prompts (1, 2, ...; blank lines and the header not
+    counted, so a .jsonl and a .csv of the same prompts agree) is its id. Refuses, in one line naming the file and
+    line, what is not one of these (:class:`UserError`)."""
     path = Path(source)
     if path.suffix in SCORES_SUFFIXES and not path.is_dir():
         return _read_scores_file(path)
@@ -205,11 +208,14 @@ def _read_scores_file(path: Path) -> PoolScores:
     if not rows:
         raise UserError(f"{path}: no prompts in it")
     seen: dict[str, int] = {}
-    for line, uid, _ in rows:
+    uids = []
+    for position, (line, uid, _) in enumerate(rows, start=1):
+        uid = str(position) if uid is None else uid
         if uid in seen:
             raise UserError(f"{path}: line {line}: uid {uid!r} again (first on line {seen[uid]}); one line per prompt")
         seen[uid] = line
-    return PoolScores([u for _, u, _ in rows], [s for _, _, s in rows])
+        uids.append(uid)
+    return PoolScores(uids, [s for _, _, s in rows], numbered=any(u is None for _, u, _ in rows))
 
 
 def _counts_scores(where: str, successes, trials) -> np.ndarray:
@@ -218,6 +224,8 @@ def _counts_scores(where: str, successes, trials) -> np.ndarray:
     for name, v in (("successes", successes), ("trials", trials)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 0:
             raise UserError(f"{where}: {name} must be a whole number >= 0, got {v!r}")
+    if trials > MAX_TRIALS:
+        raise UserError(f"{where}: trials {trials:g} is more than {MAX_TRIALS:,} runs of one prompt")
     if successes > trials:
         raise UserError(f"{where}: successes {successes:g} > trials {trials:g}")
     return np.r_[np.ones(int(successes)), np.zeros(int(trials) - int(successes))]
@@ -225,7 +233,7 @@ def _counts_scores(where: str, successes, trials) -> np.ndarray:
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON strings may hold U+2028
         if not line.strip():
             continue
         where = f"{path}: line {number}"
@@ -235,7 +243,7 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
             raise UserError(f"{where}: not JSON ({exc.msg})") from None
         if not isinstance(record, dict):
             raise UserError(f"{where}: a JSON object per line, got {type(record).__name__}")
-        uid = record.get("uid", record.get("id", number))
+        uid = record.get("uid", record.get("id"))
         rewards = record.get("rewards", record.get("scores"))
         if rewards is not None:
             if not isinstance(rewards, list) or not all(
@@ -246,7 +254,7 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
             scores = _counts_scores(where, record["successes"], record.get("trials", record.get("n_runs")))
         else:
             raise UserError(f"{where}: no 'rewards' (a list of 0/1 per run) and no 'successes' with 'trials'")
-        rows.append((number, str(uid), scores))
+        rows.append((number, None if uid is None else str(uid), scores))
     return rows
 
 
@@ -272,7 +280,7 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
                 values.append(float(row[name]))
             except ValueError:
                 raise UserError(f"{where}: {name} must be a whole number >= 0, got {row[name]!r}") from None
-        rows.append((number, row.get("uid") or str(number), _counts_scores(where, *values)))
+        rows.append((number, row.get("uid") or None, _counts_scores(where, *values)))
     return rows
 
 
@@ -644,6 +652,7 @@ def never_solved_share(audit_dir, later_dir) -> tuple[float, str, list[str]]:
     except UserError as exc:
         raise UserError(f"--out-of-reach-from: {exc}") from None
     start, later = load_pool(audit_dir), load_pool(later_dir)
+    unnamed = [str(p) for p, pool in ((audit_dir, start), (later_dir, later)) if pool.numbered]
     solved = {u: bool(s.sum() > 0) for u, s in zip(later.uids, later.scores) if s.size >= MIN_RUNS}
     shared = [u for u, s in zip(start.uids, start.scores) if s.size >= MIN_RUNS and u in solved]
     if len(shared) < MIN_PROMPTS:
@@ -661,6 +670,10 @@ def never_solved_share(audit_dir, later_dir) -> tuple[float, str, list[str]]:
         return float(np.mean([s.mean() for u, s in zip(audit.uids, audit.scores) if u in in_shared]))
 
     warnings = []
+    if unnamed:
+        warnings.append(f"--out-of-reach-from: {' and '.join(unnamed)} name{'s' if len(unnamed) == 1 else ''} prompts "
+                        f"without ids: they are matched by their position, so both must list the same prompts in the "
+                        f"same order")
     if len(shared) < 0.9 * first:
         warnings.append(f"--out-of-reach-from: {later_dir} audits {len(shared)} of the {first} prompts; the floor "
                         f"read from those is applied to the whole pool")
