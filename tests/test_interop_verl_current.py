@@ -44,7 +44,9 @@ def test_registered_trainer_is_found_by_name_and_subclasses_verls_sync_trainer(p
     assert reg["is_ours"], "get_trainer_cls('rlcurate_curated') is not rlcurate.interop.verl_v1.CuratedPPOTrainer"
     assert reg["sync_class_is_parent"] and reg["is_ppo_trainer"] and reg["imported_by_verl"]
     # selected as rlcurate_curated, it runs as verl's sync mode (verl 0.9.1 tests for the literal name "sync")
-    assert reg["mode_after_init"] == reg["config_mode"] == "sync" and reg["replay_buffer"] == "ReplayBuffer"
+    assert reg["mode_after_init"] == reg["config_mode"] == "sync"
+    # verl's sync replay buffer, which reads the groups it clears before clearing them (DAPO's evictions)
+    assert reg["replay_buffer"] == "EvidenceKeepingReplayBuffer"
 
 
 def test_dataloader_is_verls_stateful_loader_with_the_curation_sampler(probe):
@@ -52,9 +54,8 @@ def test_dataloader_is_verls_stateful_loader_with_the_curation_sampler(probe):
     for mode, loader_batch in (("plain", 4), ("dapo", 1)):  # DAPO: verl fetches one prompt at a time
         d = dl[mode]
         assert d["is_stateful"] and d["loader"] == "StatefulDataLoader", mode
-        # under DAPO's filter a belief selector is refused (next test), so the DAPO loader runs uniform
         assert d["is_curation"] and d["sampler"] == "CurationSampler", mode
-        assert d["strategy"] == ("insight" if mode == "plain" else "uniform"), mode
+        assert d["strategy"] == "insight" and d["replay_buffer"] == "EvidenceKeepingReplayBuffer", mode
         assert d["loader_batch"] == loader_batch and d["prompts_per_selection"] == 4, mode
         assert d["same_dataset"] and d["steps_per_epoch"] == 6, mode
     # a checkpoint of verl's dataloader (data.pt) restores the beliefs and continues with the same prompts
@@ -75,12 +76,23 @@ def test_verl_step_feeds_the_sampler_as_the_same_rewards_fed_directly(probe):
     assert up["metrics"] == ["rlcurate/belief_mean_observed", "rlcurate/prompts_observed"]
 
 
-def test_the_pool_baseline_and_a_belief_selector_under_dapo_are_refused_when_the_trainer_is_built(probe):
+def test_the_pool_baseline_is_refused_when_the_trainer_is_built(probe):
     msg = probe["dataloader"]["pool_refused"]
     assert "cannot run algorithm.adv_estimator=rlcurate_pool_grpo" in msg and "reward_baselines" in msg
-    msg = probe["dataloader"]["belief_dapo_refused"]
-    assert "data.sampler.strategy=insight with algorithm.filter_groups" in msg and "strategy=uniform" in msg
     assert "\n" not in msg
+
+
+def test_insight_under_dapo_observes_the_groups_verls_filter_evicts(probe):
+    """verl's own replay buffer classifies and evicts the flat groups (clearing them from TransferQueue before the
+    step ends); the trainer's buffer reads them first, and INSIGHT observes them at the step's end with the trained
+    ones under evidence="generated" (an evicted prompt no longer keeps its prior), and not under "trained"."""
+    d = probe["dapo_evidence"]
+    gen, tr = d["generated"], d["trained"]
+    for run in (gen, tr):
+        assert run["evicted"] > 0 and run["trained"] > 0 and run["cleared_left"] == 0
+    assert gen["trials"] == gen["trained"] + gen["evicted"] == 3 * 4 * 4  # one per response, three steps
+    assert gen["evicted_trials"] == gen["evicted"] and gen["evicted_alpha"] == gen["evicted_successes"] > 0
+    assert tr["trials"] == tr["trained"] and tr["evicted_trials"] == 0
 
 
 def test_dapo_verls_filter_and_this_packages_keep_the_same_groups_but_two_kinds(probe):

@@ -116,8 +116,7 @@ def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
     from rlcurate.interop.verl import CurationSampler
 
     res = {}
-    uniform = {"strategy": "uniform", "group_size": N_RESP}
-    for name, changes in (("plain", {}), ("dapo", {"algorithm.filter_groups.enable": True, "data.sampler": uniform})):
+    for name, changes in (("plain", {}), ("dapo", {"algorithm.filter_groups.enable": True})):
         trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **changes), tokenizer)
         trainer._init_dataloader()  # verl's PPOTrainer._init_dataloader, then ours
         loader = trainer.train_dataloader
@@ -125,7 +124,8 @@ def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
                      "sampler": type(loader.sampler).__name__, "is_curation": isinstance(loader.sampler, CurationSampler),
                      "strategy": loader.sampler.selection.selector.name, "loader_batch": loader.batch_size,
                      "prompts_per_selection": loader.sampler.batch_size, "steps_per_epoch": trainer.steps_per_epoch,
-                     "same_dataset": loader.dataset is trainer.train_dataset}
+                     "same_dataset": loader.dataset is trainer.train_dataset,
+                     "replay_buffer": type(trainer.replay_buffer).__name__}
     # the sampler's state is in the dataloader's, which verl saves in data.pt
     trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet), tokenizer)
     trainer._init_dataloader()
@@ -147,13 +147,80 @@ def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
         res["pool_refused"] = ""
     except ValueError as exc:
         res["pool_refused"] = str(exc)
-    # so is a belief selector (the config's INSIGHT) under DAPO's filter, whose dropped groups it would never see
-    try:
-        v1.CuratedPPOTrainer(verl_config(parquet, **{"algorithm.filter_groups.enable": True}))
-        res["belief_dapo_refused"] = ""
-    except ValueError as exc:
-        res["belief_dapo_refused"] = str(exc)
     out["dataloader"] = res
+
+
+def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
+    """INSIGHT under DAPO's filter: verl's ``step`` runs with a stand-in ``_step_once`` in which verl's own replay
+    buffer classifies the step's finished groups and evicts the flat ones (``_terminal_eviction_reasons``,
+    ``_evict_terminal_groups``) and returns the mixed ones as the trained batch. The selector must observe the
+    evicted groups too (``evidence="generated"``), and only the trained ones with ``evidence="trained"``."""
+    import transfer_queue as tq
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    import rlcurate.interop.verl_v1 as v1
+
+    res = {}
+    for evidence in ("generated", "trained"):
+        store = TensorStore({}, KVBatchMeta(partition_id="train", keys=[], tags=[]))
+        tq.kv_batch_put, tq.kv_batch_get, tq.kv_clear = store.kv_batch_put, store.kv_batch_get, store.kv_clear
+        sampler = {"strategy": "insight", "strategy_kwargs": {"evidence": evidence}, "group_size": N_RESP}
+        trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **{"algorithm.filter_groups.enable": True,
+                                                                             "algorithm.filter_groups.metric": "acc",
+                                                                             "data.sampler": sampler}), tokenizer)
+        trainer._init_dataloader()
+        trainer.global_steps = 1
+        buf = trainer.replay_buffer
+        buf.filter_groups_metric = "reward"  # verl's canonical reward (rm_scores): what the stand-in writes
+        tally = {"trained": 0, "evicted": 0, "evicted_prompts": set(), "evicted_successes": 0}
+
+        class Rollout:  # the agent loop manager: records the prompts verl submits
+            submitted: list = []
+
+            def generate_sequences(self, batch):
+                self.submitted += list(zip(list(batch["uid"]), [int(i) for i in batch["index"]]))
+
+        trainer.agent_loop_manager = rollout = Rollout()
+
+        def step_once(self, metrics, timing_raw, size):
+            keys, tags = [], []
+            submitted, rollout.submitted = rollout.submitted, []
+            for uid, idx in submitted:
+                flat = idx % 3 == 0  # every third prompt: all its responses right or all wrong
+                rewards = [float(idx % 2)] * N_RESP if flat else [float(s_ % 2) for s_ in range(N_RESP)]
+                buf.finished_keys["train"].add(uid)
+                for s_, r in enumerate(rewards):
+                    key = f"{uid}_{s_}_0"
+                    scores = torch.zeros(3, dtype=torch.float32)
+                    scores[-1] = r
+                    store.rows[key] = {"index": idx, "rm_scores": scores}
+                    buf.partitions["train"][key] = {"status": "success", "seq_len": 3}
+                    if not flat:
+                        keys.append(key)
+                        tags.append({"status": "success", "seq_len": 3})
+                if flat:
+                    tally["evicted"] += N_RESP
+                    tally["evicted_prompts"].add(idx)
+                    tally["evicted_successes"] += int(sum(rewards))
+                else:
+                    tally["trained"] += N_RESP
+            reasons = buf._terminal_eviction_reasons(self.global_steps, "train")  # verl's DAPO classification
+            buf._evict_terminal_groups(self.global_steps, "train", reasons)
+            return KVBatchMeta(partition_id="train", keys=keys, tags=tags)
+
+        PPOTrainer._step_once = step_once
+        for _ in range(3):
+            trainer.step({}, {})
+            trainer.global_steps += 1
+        b = trainer.train_dataloader.sampler.selection.selector.beliefs
+        pos = trainer.train_dataloader.sampler.positions(sorted(tally["evicted_prompts"]))
+        res[evidence] = {"trials": float((b.alpha + b.beta - 2).sum()), "trained": tally["trained"],
+                         "evicted": tally["evicted"], "evicted_trials": float((b.alpha + b.beta - 2)[pos].sum()),
+                         "evicted_successes": tally["evicted_successes"],
+                         "evicted_alpha": float((b.alpha - 1)[pos].sum()),
+                         "cleared_left": len(buf.cleared), "store_left": len(store.rows)}
+    out["dapo_evidence"] = res
 
 
 def check_update(out: dict, parquet: str, tokenizer) -> None:
@@ -683,7 +750,7 @@ def main() -> None:
     from rlcurate.models.tiny import build_tiny_tokenizer
 
     out: dict = {}
-    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "hints", "skip"]
+    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "dapo_evidence", "hints", "skip"]
     with tempfile.TemporaryDirectory() as folder:
         parquet = make_parquet(folder)
         tokenizer = build_tiny_tokenizer()

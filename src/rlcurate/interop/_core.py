@@ -220,8 +220,8 @@ class PromptSelection:
 
     def observe(self, indices: Sequence[int], rewards: Sequence[float],
                 hint_levels: Sequence[int] | None = None, pool_successes: Sequence[float] | None = None,
-                pool_sizes: Sequence[int] | None = None, trained: Sequence[Group] | None = None
-                ) -> dict[int, tuple[int, int]]:
+                pool_sizes: Sequence[int] | None = None, trained: Sequence[Group] | None = None,
+                trained_rows: Sequence[bool] | None = None) -> dict[int, tuple[int, int]]:
         """Feed back one batch of scored completions: ``indices[j]`` is the pool position of completion
         j's prompt, ``rewards[j]`` its reward (NaN: unscored, ignored), ``hint_levels[j]`` the hint level its
         prompt carried (SAGE, chapter 7; default 0: the selector's own rule decides what a hinted group
@@ -235,7 +235,9 @@ class PromptSelection:
         hold the pool, as an unhinted group, in place of the group's own rows, plus the group itself when it is
         hinted. ``trained``: the groups the step trained, when they are not all the batch's groups (a host that
         runs a strategy's sampler and processors, with their pool statistics); the selector's ``evidence="trained"``
-        reads them, ``"generated"`` every row given. Returns ``{prompt: (successes, trials)}`` of the unhinted
+        reads them, ``"generated"`` every row given. ``trained_rows[j]``: whether completion j was trained (the
+        trained groups are then the trained rows', by prompt and hint level), for a host that knows it per row
+        (verl's filters). Returns ``{prompt: (successes, trials)}`` of the unhinted
         evidence at the selector's success threshold (for logs and tests)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         r = np.asarray(rewards, dtype=float).reshape(-1)
@@ -244,6 +246,11 @@ class PromptSelection:
             raise ValueError(f"{idx.size} indices for {r.size} rewards and {lv.size} hint levels")
         if (pool_successes is None) != (pool_sizes is None):
             raise ValueError("pool_successes and pool_sizes go together")
+        if trained is not None and trained_rows is not None:
+            raise ValueError("give trained or trained_rows, not both")
+        tr = np.ones(idx.shape, bool) if trained_rows is None else np.asarray(trained_rows, bool).reshape(-1)
+        if tr.shape != idx.shape:
+            raise ValueError(f"{idx.size} indices for {tr.size} trained_rows")
         ps = np.zeros(idx.shape) if pool_successes is None else np.asarray(pool_successes, dtype=float).reshape(-1)
         pn = np.zeros(idx.shape, np.int64) if pool_sizes is None else np.asarray(pool_sizes, np.int64).reshape(-1)
         if ps.shape != idx.shape or pn.shape != idx.shape:
@@ -251,7 +258,7 @@ class PromptSelection:
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_items):
             raise ValueError(f"prompt indices must lie in [0, {self.n_items}), got {int(idx.min())}..{int(idx.max())}")
         keep = ~np.isnan(r)
-        idx, r, lv, ps, pn = idx[keep], r[keep], lv[keep], ps[keep], pn[keep]
+        idx, r, lv, ps, pn, tr = idx[keep], r[keep], lv[keep], ps[keep], pn[keep], tr[keep]
         threshold = float(getattr(self.selector, "success_threshold", 1.0))
         groups, generated, counts = [], [], {}
 
@@ -279,6 +286,11 @@ class PromptSelection:
                 generated.append(group)
                 if level == 0:
                     count(int(i), np.sum(ri >= threshold), ri.size)
+        if trained_rows is not None:
+            trained = [Group(index=i, problem=self.problems[i], prompt="", completions=[None] * int(at.sum()),
+                             rewards=r[at], generated=int(at.sum()), hint_level=level)
+                       for i, level in dict.fromkeys(zip(idx[tr].tolist(), lv[tr].tolist()))
+                       for at in [(idx == i) & (lv == level) & tr]]
         ctx = self.context(self.observed, max(len(groups), 1))
         ctx.generated_groups = generated
         self.selector.observe(ctx, groups if trained is None else list(trained))

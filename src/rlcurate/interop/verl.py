@@ -229,12 +229,14 @@ class CurationSampler(_SamplerBase):
         self.observe(prompt_ids(nt), batch.batch["token_level_scores"].sum(-1).detach().float().cpu().numpy(),
                      nt.get("hint_level"), nt.get("pool_successes"), nt.get("pool_size"))
 
-    def observe(self, ids, scores, hint_levels=None, pool_successes=None, pool_sizes=None) -> dict[int, tuple[int, int]]:
+    def observe(self, ids, scores, hint_levels=None, pool_successes=None, pool_sizes=None,
+                trained_rows=None) -> dict[int, tuple[int, int]]:
         """Observe one step's responses, in any order: ``ids[j]`` is response j's prompt id (its
         ``extra_info["index"]``), ``scores[j]`` its reward, ``hint_levels[j]`` the hint its prompt carried
         (default none; the selector's own rule decides what a hinted group says, chapter 10),
         ``pool_successes[j]`` and ``pool_sizes[j]`` the unhinted rollouts of its prompt this step when the
-        batch holds only some (:meth:`rlcurate.interop._core.PromptSelection.observe`). The responses of a
+        batch holds only some, ``trained_rows[j]`` whether it was trained (default all: a filter's dropped groups
+        are evidence for ``evidence="generated"`` only; :meth:`rlcurate.interop._core.PromptSelection.observe`). The responses of a
         prompt at one hint level form one group. Shared by :meth:`update` and verl 0.9's registered trainer
         (:mod:`rlcurate.interop.verl_v1`)."""
         pos = self.positions(ids)
@@ -242,7 +244,8 @@ class CurationSampler(_SamplerBase):
         if self._group_size_fixed is None and pos.size:
             self.selection.group_size = int(np.bincount(pos).max())  # responses per prompt (rollout.n)
         levels = None if hint_levels is None else np.asarray(hint_levels, dtype=np.int64).reshape(-1)
-        self.last_update = self.selection.observe(pos, scores, levels, pool_successes, pool_sizes)
+        self.last_update = self.selection.observe(pos, scores, levels, pool_successes, pool_sizes,
+                                                  trained_rows=trained_rows)
         return self.last_update
 
     # ------------------------------------------------------------------ checkpoint

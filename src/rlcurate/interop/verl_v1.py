@@ -54,12 +54,16 @@ whose group is all wrong at the next level within the step, and the sync trainer
 loop once), hints the policy writes itself or hints in the assistant turn, and DAPO's filter (verl evicts the all-wrong groups before the step, so the
 schedule would never raise a level).
 
-Refused: a selector that learns from rewards (INSIGHT, MoPPS and the other belief selectors) with
-``algorithm.filter_groups`` on. verl's replay buffer clears the groups it filters out (and the surplus past the
-batch) from TransferQueue before the step ends, so the selector would observe only the groups trained on; a prompt
-whose groups are always filtered keeps its prior, which INSIGHT ranks first, so it would be chosen again and again
-(a reader's simulation of verl's refill loop stopped completing steps with 60 % of the pool flat). With the filter,
-``strategy=uniform``; rlcurate's own ``insight+dapo`` (its trainer, or TRL) observes every generated group. ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
+DAPO's filter (``algorithm.filter_groups``) with a selector that learns from rewards (INSIGHT, MoPPS and the other
+belief selectors): verl's replay buffer clears the groups it filters out (and the surplus past the batch) from
+TransferQueue before the step ends; a selector that observed only the trained groups would keep a prompt whose
+groups are always filtered at its prior, which INSIGHT ranks first, and choose it again and again (a reader's
+simulation of verl's refill loop stopped completing steps with 60 % of the pool flat). The trainer therefore keeps
+verl's replay buffer but reads each cleared group's responses before it goes
+(:class:`EvidenceKeepingReplayBuffer`), and the selector observes them at the step's end with the trained ones, as
+untrained rows: evidence under ``evidence="generated"`` (the default), left out under ``"trained"``, as this
+package's ``insight+dapo`` observes. The refills within a step come from the sampler's next selection, made from
+the beliefs at the step's start. ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
 when the trainer is built: verl 0.9.1's ``_compute_advantage`` reads a fixed list of fields from
 TransferQueue, without ``reward_baselines``, and nothing in verl 0.9 writes them (appendix A2).
 
@@ -91,6 +95,7 @@ try:
     from torchdata.stateful_dataloader import StatefulDataLoader
     from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.padding_utils import SYNTHETIC_PADDING_SEQ_LEN
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_base import register_trainer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from omegaconf import open_dict
@@ -107,7 +112,7 @@ from rlcurate.interop.verl_skip import advantage_scale, plan_skip, refuse_inexac
 from rlcurate.interop.verl_skip import trained_responses  # noqa: F401  (re-exported: the key format lives there)
 
 __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
-           "refuse_unhostable", "trained_responses", "observe_step"]
+           "refuse_unhostable", "trained_responses", "observe_step", "read_responses", "EvidenceKeepingReplayBuffer"]
 
 TRAINER_NAME = "rlcurate_curated"
 logger = logging.getLogger(__name__)
@@ -288,24 +293,50 @@ def curated_dataloader(loader: StatefulDataLoader, data_config) -> StatefulDataL
                               drop_last=loader.drop_last, collate_fn=loader.collate_fn, sampler=sampler)
 
 
-def observe_step(sampler: CurationSampler, batch) -> dict[int, tuple[int, int]]:
-    """Feed one trained ``KVBatchMeta`` to the sampler: each response's ``index`` and summed ``rm_scores``
-    from TransferQueue, and the hint level of its prompt where SAGE-LIGHT hinted it (then the schedule observes
-    the step too). Returns ``{prompt position: (successes, responses)}``."""
-    rows = trained_responses(batch.keys, batch.tags)
+def read_responses(partition_id: str, keys, tags) -> tuple[list[str], list, list[float]]:
+    """The responses among ``keys`` that count (:func:`trained_responses`: no padding rows, a multi-turn session's
+    last output), with each one's ``index`` and summed ``rm_scores`` read from TransferQueue."""
+    rows = trained_responses(keys, tags)
     if not rows:
-        return {}
-    keys = [batch.keys[r] for r in rows]
-    data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["index", "rm_scores"])
+        return [], [], []
+    keys = [keys[r] for r in rows]
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["index", "rm_scores"])
     ids = [i.item() if hasattr(i, "item") else i for i in list(data["index"])]
     scores = [float(s.sum().item()) for s in list(data["rm_scores"])]  # as verl's replay buffer sums them
+    return keys, ids, scores
+
+
+def observe_step(sampler: CurationSampler, batch, untrained=()) -> dict[int, tuple[int, int]]:
+    """Feed one step to the sampler: the trained ``KVBatchMeta``'s responses (:func:`read_responses`) and the
+    ``untrained`` ones, ``(keys, ids, scores)`` read before verl cleared them (DAPO's filtered groups, the
+    surplus, the groups ``skip_zero_advantage`` dropped), with the hint level of each prompt where SAGE-LIGHT
+    hinted it (then the schedule observes the step too). Returns ``{prompt position: (successes, responses)}``."""
+    keys, ids, scores = read_responses(batch.partition_id, batch.keys, batch.tags)
+    trained = [True] * len(keys)
+    for more_keys, more_ids, more_scores in untrained:
+        keys, ids, scores = keys + list(more_keys), ids + list(more_ids), scores + list(more_scores)
+        trained += [False] * len(more_keys)
+    if not keys:
+        return {}
     hints = getattr(sampler, "hints", None)
     if hints is None:
-        return sampler.observe(ids, scores)
+        return sampler.observe(ids, scores, trained_rows=trained)
     uids = [key.rsplit("_", 2)[0] for key in keys]
-    counts = sampler.observe(ids, scores, hints.levels(uids))
+    counts = sampler.observe(ids, scores, hints.levels(uids), trained_rows=trained)
     hints.observe(sampler.positions(ids), scores, uids)
     return counts
+
+
+class EvidenceKeepingReplayBuffer(ReplayBuffer):
+    """verl's replay buffer, which reads the responses of the training groups it clears (DAPO's filtered groups,
+    the surplus past the batch) before clearing them, into ``cleared``, for the trainer to observe at the step's
+    end: a selector that never saw them would keep a filtered prompt at its prior, which INSIGHT ranks first."""
+
+    def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
+        if partition_id == "train" and uids:
+            keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
+            self.cleared.append(read_responses(partition_id, keys, [self.partitions[partition_id][k] for k in keys]))
+        super()._clear_groups(partition_id, uids)
 
 
 def refuse_unhostable(config) -> None:
@@ -323,19 +354,6 @@ def refuse_unhostable(config) -> None:
         raise ValueError(f"{TRAINER_NAME}: data.sampler.hints with algorithm.filter_groups: verl's replay buffer evicts "
                          "the all-wrong groups before the step, so SAGE-LIGHT would never see the failures that raise "
                          "a prompt's hint level")
-    if dapo:
-        from rlcurate.curation.selection import BeliefSelector
-        from rlcurate.interop._core import resolve_selector
-
-        scfg = config.data.get("sampler", None) or {}
-        strategy = scfg.get("strategy", "insight")
-        kwargs = dict(scfg.get("strategy_kwargs", None) or {})
-        if isinstance(resolve_selector(strategy, **kwargs), BeliefSelector):
-            raise ValueError(f"{TRAINER_NAME}: data.sampler.strategy={strategy} with algorithm.filter_groups: verl's "
-                             f"replay buffer clears the groups DAPO filters out before the step ends, so the selector "
-                             f"would never observe them and would keep choosing the prompts DAPO discards (an unobserved "
-                             f"prompt keeps its prior, which INSIGHT ranks first; a run can stop completing steps); use "
-                             f"strategy=uniform with the filter, or insight+dapo in this package's trainer or in TRL")
 
 
 @register_trainer(TRAINER_NAME)
@@ -351,6 +369,13 @@ class CuratedPPOTrainer(PPOTrainerSync):
         with open_dict(config):  # verl 0.9.1 tests for the literal mode "sync" (replay buffer, refills, resume)
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
+
+    def _build_replay_buffer(self):
+        buffer = super()._build_replay_buffer()
+        if type(buffer) is ReplayBuffer:  # verl's own, built from the config: kept, with the cleared groups read
+            buffer.__class__ = EvidenceKeepingReplayBuffer
+            buffer.cleared = []
+        return buffer
 
     def _init_dataloader(self):
         super()._init_dataloader()
@@ -428,9 +453,12 @@ class CuratedPPOTrainer(PPOTrainerSync):
         batch = super().step(metrics, timing_raw)
         sampler = self.train_dataloader.sampler
         skipped, self._skipped = self._skipped, []
-        observe_step(sampler, KVBatchMeta(partition_id=batch.partition_id,  # the flat groups are evidence too
-                                          keys=batch.keys + [k for b in skipped for k in b.keys],
-                                          tags=batch.tags + [t for b in skipped for t in b.tags]))
+        untrained = [read_responses(b.partition_id, b.keys, b.tags) for b in skipped]  # the flat groups are evidence
+        cleared = getattr(self.replay_buffer, "cleared", None)
+        if cleared:  # and so are the groups DAPO's filter evicted and the surplus
+            untrained += cleared
+            cleared.clear()
+        observe_step(sampler, batch, untrained)
         for dropped in skipped:  # verl clears the trained keys after its metrics; these it never saw
             tq.kv_clear(keys=dropped.keys, partition_id=dropped.partition_id)
         metrics.update({f"rlcurate/{k}": v for k, v in sampler.selection.metrics().items()})
