@@ -93,6 +93,11 @@ def test_insight_under_dapo_observes_the_groups_verls_filter_evicts(probe):
     assert gen["trials"] == gen["trained"] + gen["evicted"] == 3 * 4 * 4  # one per response, three steps
     assert gen["evicted_trials"] == gen["evicted"] and gen["evicted_alpha"] == gen["evicted_successes"] > 0
     assert tr["trials"] == tr["trained"] and tr["evicted_trials"] == 0
+    # verl's refills (refill_fn, for the evicted groups) are chosen by INSIGHT's rule among the prompts the step has
+    # not taken, as PromptSelection.more chooses them, not taken from the next step's selection: one per step
+    assert gen["rounds"] == 3 and len(gen["refills"]) >= 2
+    for r in gen["refills"]:
+        assert r["refilled"] == r["expected"] and r["refilled"] and not set(r["refilled"]) & set(r["step_prompts"])
 
 
 def test_dapo_verls_filter_and_this_packages_keep_the_same_groups_but_two_kinds(probe):

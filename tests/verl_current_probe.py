@@ -14,6 +14,7 @@ rate per prompt) and the part of ``_step_once`` that needs GPU workers (it retur
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -162,7 +163,10 @@ def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
     import rlcurate.interop.verl_v1 as v1
 
     res = {}
+    refills = None
     for evidence in ("generated", "trained"):
+        if evidence == "generated":
+            refills = []
         store = TensorStore({}, KVBatchMeta(partition_id="train", keys=[], tags=[]))
         tq.kv_batch_put, tq.kv_batch_get, tq.kv_clear = store.kv_batch_put, store.kv_batch_get, store.kv_clear
         sampler = {"strategy": "insight", "strategy_kwargs": {"evidence": evidence}, "group_size": N_RESP}
@@ -207,6 +211,14 @@ def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
                     tally["trained"] += N_RESP
             reasons = buf._terminal_eviction_reasons(self.global_steps, "train")  # verl's DAPO classification
             buf._evict_terminal_groups(self.global_steps, "train", reasons)
+            if refills is not None and reasons[1]:  # what verl's sample() loop then does via refill_fn (it polls)
+                selection = self.train_dataloader.sampler.selection
+                expected = copy.deepcopy(selection).more(len(reasons[1]), taken=list(self._step_prompts))
+                step_prompts = list(self._step_prompts)
+                buf.refill_fn(len(reasons[1]))
+                got = self.train_dataloader.sampler.positions([i for _, i in rollout.submitted]).tolist()
+                refills.append({"step_prompts": step_prompts, "refilled": got, "expected": expected})
+                rollout.submitted = []  # not generated: the stand-in trains the step's first groups
             return KVBatchMeta(partition_id="train", keys=keys, tags=tags)
 
         PPOTrainer._step_once = step_once
@@ -216,10 +228,12 @@ def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
         b = trainer.train_dataloader.sampler.selection.selector.beliefs
         pos = trainer.train_dataloader.sampler.positions(sorted(tally["evicted_prompts"]))
         res[evidence] = {"trials": float((b.alpha + b.beta - 2).sum()), "trained": tally["trained"],
+                         "rounds": trainer.train_dataloader.sampler.selection.rounds, "refills": refills or [],
                          "evicted": tally["evicted"], "evicted_trials": float((b.alpha + b.beta - 2)[pos].sum()),
                          "evicted_successes": tally["evicted_successes"],
                          "evicted_alpha": float((b.alpha - 1)[pos].sum()),
                          "cleared_left": len(buf.cleared), "store_left": len(store.rows)}
+        refills = None
     out["dapo_evidence"] = res
 
 

@@ -174,6 +174,7 @@ class CurationSampler(_SamplerBase):
         self.chunks_per_epoch = n // self.batch_size
         self._epoch_pos = 0  # chunks already chosen in the current epoch
         self._pending: list[int] = []  # the chosen chunk's prompts not yet handed to the dataloader
+        self._top_ups: list[int] = []  # more prompts for the step now running (top_up), handed out first
         self.last_update: dict[int, tuple[int, int]] = {}
         self.hosted = None  # a rollout wrapper whose strategy state travels with this sampler's (attach)
         self._hosted_state: dict | None = None  # restored before the wrapper was attached
@@ -183,7 +184,10 @@ class CurationSampler(_SamplerBase):
         # A chunk is chosen when its first prompt is needed and handed out one prompt at a time; what is left of
         # it is part of the state, so a run resumed from a checkpoint taken mid-chunk (verl 0.9 under DAPO fetches
         # one prompt at a time) trains on the prompts the uninterrupted run would have, and selects when it would.
-        while self._pending or self._epoch_pos < self.chunks_per_epoch:  # a restored state resumes mid-epoch
+        while self._top_ups or self._pending or self._epoch_pos < self.chunks_per_epoch:  # resumes mid-epoch too
+            if self._top_ups:
+                yield self._top_ups.pop(0)
+                continue
             if not self._pending:
                 self._warn_if_unfed()
                 self._pending = list(self.selection.select(self.batch_size))  # a copy: the history keeps its own
@@ -193,6 +197,12 @@ class CurationSampler(_SamplerBase):
 
     def __len__(self) -> int:
         return self.chunks_per_epoch * self.batch_size
+
+    def top_up(self, k: int, taken) -> None:
+        """The next ``k`` prompts handed out are ``k`` more for the step now running, chosen by the selector's rule
+        with ``taken`` (the step's pool positions so far) left out (:meth:`PromptSelection.more`, as this
+        package's DAPO refills a step): verl 0.9's refills under DAPO's filter (:mod:`rlcurate.interop.verl_v1`)."""
+        self._top_ups += self.selection.more(int(k), taken=[int(i) for i in taken])
 
     UNFED_LIMIT = 3
     """Selections made with no reward observed since the sampler began, past which :meth:`__iter__` warns once."""

@@ -32,11 +32,11 @@ name, and runs as the sync trainer in every respect but these:
   then cleared from TransferQueue.
 
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
-``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step
-(``sync_refill_failed_groups``) come from the sampler's next selection, made before that step's rewards and
-without leaving out the step's own prompts (a refilled prompt may repeat one of the step; the rest of that
-selection starts the next step), and a resumed run first trains on the prompts the saved selection had left
-(they are part of the sampler's state).
+``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step (DAPO's
+filter, ``sync_refill_failed_groups``: verl's ``_add_prompts_to_generate``) are chosen by the selector's rule among
+the prompts the step has not taken (:meth:`CurationSampler.top_up`, ``PromptSelection.more``), as this package's
+DAPO refills a step, from the beliefs at the step's start; a resumed run first trains on the prompts the saved
+selection had left (they are part of the sampler's state).
 
 SAGE-LIGHT's hints (chapter 7), with ``data.sampler.hints`` set: every prompt verl fetches passes through
 ``_next_train_batch``, where SAGE-LIGHT's own sampler (:class:`~rlcurate.curation.sage.SageLightSampler`) gives it
@@ -62,8 +62,7 @@ simulation of verl's refill loop stopped completing steps with 60 % of the pool 
 verl's replay buffer but reads each cleared group's responses before it goes
 (:class:`EvidenceKeepingReplayBuffer`), and the selector observes them at the step's end with the trained ones, as
 untrained rows: evidence under ``evidence="generated"`` (the default), left out under ``"trained"``, as this
-package's ``insight+dapo`` observes. The refills within a step come from the sampler's next selection, made from
-the beliefs at the step's start. ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
+package's ``insight+dapo`` observes. ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
 when the trainer is built: verl 0.9.1's ``_compute_advantage`` reads a fixed list of fields from
 TransferQueue, without ``reward_baselines``, and nothing in verl 0.9 writes them (appendix A2).
 
@@ -366,6 +365,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
         self._skipped: list[KVBatchMeta] = []  # this step's dropped rows, observed and cleared after it
         self._advantage_scale = 1.0  # for the batch between _balance_batch and _compute_advantage
         self._warned_inexact = False
+        self._step_prompts: list[int] = []  # pool positions fetched for the step now running (top-ups leave them out)
         with open_dict(config):  # verl 0.9.1 tests for the literal mode "sync" (replay buffer, refills, resume)
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
@@ -388,6 +388,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
 
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
+        self._step_prompts += self.train_dataloader.sampler.positions(list(batch["index"])).tolist()
         hints = getattr(self.train_dataloader.sampler, "hints", None)
         if hints is not None:
             sampler = self.train_dataloader.sampler
@@ -395,6 +396,13 @@ class CuratedPPOTrainer(PPOTrainerSync):
                              self.global_steps)
             tu.assign_non_tensor_stack(batch, "raw_prompt", raw)
         return batch
+
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        # verl's refills within a step (DAPO's filter, sync_refill_failed_groups): chosen by the selector's rule
+        # among the prompts the step has not taken, as this package's DAPO refills, not the next step's selection
+        if num_prompts > 0:  # verl refuses the rest itself
+            self.train_dataloader.sampler.top_up(num_prompts, self._step_prompts)
+        return super()._add_prompts_to_generate(num_prompts)
 
     def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
         if not self.skip_zero_advantage:
@@ -459,6 +467,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
             untrained += cleared
             cleared.clear()
         observe_step(sampler, batch, untrained)
+        self._step_prompts = []
         for dropped in skipped:  # verl clears the trained keys after its metrics; these it never saw
             tq.kv_clear(keys=dropped.keys, partition_id=dropped.partition_id)
         metrics.update({f"rlcurate/{k}": v for k, v in sampler.selection.metrics().items()})
