@@ -415,10 +415,11 @@ class CurationSampler(Sampler[int]):
             raise ValueError(f"the pool of {selection.n_items} prompts holds no full chunk of {self.batch_size}")
         self.chunks_per_epoch = n
         self.pending: list[dict] = []  # chunks chosen before a checkpoint but not yet trained: yielded first
-        self.skip = 0  # passes a resumed loop skips (trained before the checkpoint): yielded as placeholders
+        self.skip = 0  # passes a resumed loop skips (trained before the checkpoint), or a function counting them
 
     def __iter__(self):
         skip, self.skip = self.skip, 0
+        skip = skip() if callable(skip) else int(skip)
         for _ in range(skip):  # the Hugging Face loop discards them unseen: nothing is selected for them
             yield from [0] * (self.batch_size * self.mini_repeat_count)
         for _ in range(self.chunks_per_epoch - skip // self.repeat_count):
@@ -707,11 +708,16 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
             state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
             self._step, self._buffered_inputs = int(state["step"]), state["buffer"]
         if self._curation_sampler is not None and not self.args.ignore_data_skip:
-            # the batches of this epoch the loop will skip, by its own rule ((global_step mod updates per epoch) x A)
-            sampler, A = self._curation_sampler, self.args.gradient_accumulation_steps
-            updates_per_epoch = max(-(-sampler.chunks_per_epoch * sampler.repeat_count // A), 1)
-            sampler.skip = self.state.global_step % updates_per_epoch * A
+            # counted when the loop starts to iterate: transformers 5.0 loads the trainer state after this call
+            self._curation_sampler.skip = self._batches_the_loop_skips
         self._rng_checkpoint = checkpoint if self.args.ignore_data_skip else None
+
+    def _batches_the_loop_skips(self) -> int:
+        """The batches of the resumed epoch the Hugging Face loop skips, by its own rule: (global_step mod
+        updates per epoch) x gradient_accumulation_steps."""
+        sampler, A = self._curation_sampler, self.args.gradient_accumulation_steps
+        updates_per_epoch = max(-(-sampler.chunks_per_epoch * sampler.repeat_count // A), 1)
+        return self.state.global_step % updates_per_epoch * A
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batches = super().get_batch_samples(epoch_iterator, num_batches, device)
