@@ -760,12 +760,12 @@ def test_a_hosted_strategys_state_is_saved_with_trl_checkpoints_and_restored(tmp
     resumed, *_ = _sage_trainer(tmp_path / "again", tiny_checkpoint, steps=6, resume=str(saved))
     end = whole.curator.sampler.state_dict()
     assert any(lv > 0 for _, lv, _ in end["visits"])  # the second pass hinted a prompt that failed in the first
-    # steps 3 to 6 train the same prompts at the same hint levels on the same completions (the generators are
+    # steps 3 to 6 train the same prompts at the same hint levels with the same rewards (the generators are
     # restored after the dataloader's iterator drew its seed), so the levels and accuracies end the same
     assert resumed.curator.sampler.state_dict() == end
     plan = lambda log: [(s["kept"], s["hint_levels"]) for s in log]  # noqa: E731
     assert plan(resumed.step_log) == plan(whole.step_log[2:])
-    assert resumed.rounds == whole.rounds[-len(resumed.rounds):]  # every call's prompts, rewards and texts
+    assert resumed.rounds == whole.rounds[-len(resumed.rounds):]  # every call's prompt indices, rewards and texts
     with pytest.raises(ValueError, match="dataloader_num_workers=1: worker processes would choose prompts"):
         _sage_trainer(tmp_path, tiny_checkpoint, steps=1, dataloader_num_workers=1)
 

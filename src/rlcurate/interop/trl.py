@@ -83,10 +83,10 @@ look-ahead had chosen but training had not reached, and, for a checkpoint within
 (``num_iterations`` > 1, or ``steps_per_generation`` > ``gradient_accumulation_steps``), TRL's buffer of the batch's
 completions and its micro-step count (``rlcurate_generation_<rank>.pt``). The batches the loop skips on resume are
 placeholders the sampler yields without selecting, and the loop restores the generators after them, so the resumed
-run generates, selects and trains as the uninterrupted one (tested: same completions, rewards and parameters). With
-``ignore_data_skip=True`` the resumed run trains the same prompts, and the same completions until its first epoch
-ends (it runs a whole epoch of batches from the checkpoint, so later epochs start, and the dataloader draws its seed
-from the generators, at other steps). ``dataloader_num_workers`` must be 0 (workers would select ahead).
+run generates, selects and trains as the uninterrupted one (tested: same prompts, rewards, beliefs and parameters).
+With ``ignore_data_skip=True`` the resumed run trains the same prompts, and the same completions until its first
+epoch ends (it runs an epoch's worth of batches from the checkpoint, so later epochs start, and the dataloader draws
+its seed from the generators, at other steps). ``dataloader_num_workers`` must be 0 (workers would select ahead).
 
 With a hosted strategy the selector observes once per step, after the sampler and processors have run, every row
 of every generate-and-score call of the step (its discount applied once; ``evidence="trained"`` reads the kept
@@ -527,6 +527,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         self._scored: tuple[list[int], torch.Tensor] | None = None  # the latest generation's (indices, rewards)
         self._row_levels: list[int] | None = None  # the hint level of each global row of the running generation
         self._padding = 0  # its last rows only pad it (not evidence)
+        self._rng_checkpoint: str | None = None  # restore the generators from it after the first fetch (resume)
         self._step_evidence: list | None = None  # during a hosted step: each call's (indices, rewards, levels)
         self.step_log: list[dict] = []  # per step of a response-level strategy: what was generated and kept
 
@@ -659,6 +660,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
+        done = self._step % self._generate_every  # micro-steps of the running generation batch already trained
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
@@ -667,7 +669,6 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
             # observed once, so chunk r is trained once r < observed)
             pending = [{"round": h["round"], "indices": h["indices"]} for h in self.curation.history
                        if h["round"] >= self.curation.observed]
-            done = self._step % self._generate_every
             if done:  # saved within a generation batch (num_iterations > 1 or steps_per_generation > A): its last
                 # passes are trained on resume from the completions TRL generated (rlcurate_generation_<rank>.pt)
                 in_flight = next(h for h in self.curation.history if h["round"] == self.curation.observed - 1)
@@ -679,7 +680,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
                 with open(os.path.join(folder, CURATOR_STATE_FILE), "w") as f:
                     json.dump(self.curator.rollout_state_dict(), f)
 
-        if self._step % self._generate_every and os.path.isdir(folder):
+        if done and os.path.isdir(folder):
             torch.save({"step": self._step, "buffer": self._buffered_inputs},
                        os.path.join(folder, GENERATION_STATE_FILE.format(rank=self.accelerator.process_index)))
 
@@ -721,7 +722,7 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batches = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if getattr(self, "_rng_checkpoint", None):
+        if self._rng_checkpoint:
             # with ignore_data_skip the loop restores the generators before it builds the dataloader's iterator, which
             # draws its base seed from them: restored again here, as the loop does itself after skipping batches
             self._load_rng_state(self._rng_checkpoint)
