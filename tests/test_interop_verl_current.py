@@ -205,6 +205,10 @@ def test_skipped_groups_are_still_evidence_and_leave_transfer_queue(probe):
     assert sk["skipped_waiting"] == sk["dropped_keys"]  # held until the step's end ...
     assert sk["step"]["cleared"] == sk["dropped_keys"] and not sk["step"]["left_in_store"]  # ... then cleared
     assert sk["step"]["waiting_after"] == 0
+    # the dense trainer trains the flat groups (with zero advantage), so they are trained rows: under
+    # evidence="trained" too the beliefs hold every response observed
+    responses = sum(n for _, n in sk["step"]["observed"].values())
+    assert sk["step"]["belief_trials"] == {"generated": responses, "trained": responses}
 
 
 def test_a_batch_longer_than_one_mini_batch_is_trained_whole(probe):

@@ -578,6 +578,21 @@ def check_skip(out: dict, parquet: str, tokenizer) -> None:
     res["step"] = {"observed": {group_of[uid_of[n]]: list(counts.get(g, ())) for g, n in enumerate(SKIP_GROUPS)},
                    "cleared": sorted(store.cleared), "left_in_store": sorted(k for k in res["dropped_keys"] if k in store.rows),
                    "waiting_after": len(trainer._skipped)}
+    # the dropped groups are trained as the dense batch trains them (zero advantage): evidence under "trained" too
+    trials = {}
+    for evidence in ("generated", "trained"):
+        cfg = verl_config(parquet, **SKIP_EXACT)
+        cfg.data.sampler.strategy_kwargs = {"mu": 0.3, "evidence": evidence}
+        trainer = bare_trainer(v1.CuratedPPOTrainer, cfg, tokenizer)
+        trainer._init_dataloader()
+        trainer.global_steps = 1
+        trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0, 1]})
+        trainer.agent_loop_manager = SimpleNamespace(generate_sequences=lambda prompts: None)
+        store = TensorStore(copy.deepcopy(rows), batch)
+        trainer.step({}, {})
+        beliefs = trainer.train_dataloader.sampler.selection.selector.beliefs
+        trials[evidence] = float((beliefs.alpha + beliefs.beta - 2).sum())
+    res["step"]["belief_trials"] = trials
     out["skip"] = res
 
 

@@ -28,8 +28,8 @@ name, and runs as the sync trainer in every respect but these:
   rewards are all the same (and verl's padding rows) leave the batch before verl balances and pads it, and the kept
   advantages are scaled so that the loss's normaliser is the dense batch's; the update is then the dense trainer's,
   and settings under which it would not be are refused when the trainer is built
-  (:mod:`rlcurate.interop.verl_skip`). The dropped groups are observed with the trained ones at the step's end and
-  then cleared from TransferQueue.
+  (:mod:`rlcurate.interop.verl_skip`). The dropped groups are observed at the step's end as trained rows (the dense
+  trainer trains them, with zero advantage) and then cleared from TransferQueue.
 
 In sync mode the next step's prompts are drawn from the dataloader at the start of the next ``step`` (its
 ``prepare_step``), after this observation: selection does not lag. Prompts fetched to refill a step (DAPO's
@@ -305,16 +305,18 @@ def read_responses(partition_id: str, keys, tags) -> tuple[list[str], list, list
     return keys, ids, scores
 
 
-def observe_step(sampler: CurationSampler, batch, untrained=()) -> dict[int, tuple[int, int]]:
-    """Feed one step to the sampler: the trained ``KVBatchMeta``'s responses (:func:`read_responses`) and the
-    ``untrained`` ones, ``(keys, ids, scores)`` read before verl cleared them (DAPO's filtered groups, the
-    surplus, the groups ``skip_zero_advantage`` dropped), with the hint level of each prompt where SAGE-LIGHT
+def observe_step(sampler: CurationSampler, batch, skipped=(), untrained=()) -> dict[int, tuple[int, int]]:
+    """Feed one step to the sampler: the trained ``KVBatchMeta``'s responses (:func:`read_responses`), the
+    ``skipped`` ones (the flat groups ``skip_zero_advantage`` dropped: trained, as the dense trainer would train
+    them with zero advantage) and the ``untrained`` ones (DAPO's filtered groups, the surplus), each
+    ``(keys, ids, scores)`` read before verl cleared them, with the hint level of each prompt where SAGE-LIGHT
     hinted it (then the schedule observes the step too). Returns ``{prompt position: (successes, responses)}``."""
     keys, ids, scores = read_responses(batch.partition_id, batch.keys, batch.tags)
     trained = [True] * len(keys)
-    for more_keys, more_ids, more_scores in untrained:
+    for rows, were_trained in [(r, True) for r in skipped] + [(r, False) for r in untrained]:
+        more_keys, more_ids, more_scores = rows
         keys, ids, scores = keys + list(more_keys), ids + list(more_ids), scores + list(more_scores)
-        trained += [False] * len(more_keys)
+        trained += [were_trained] * len(more_keys)
     if not keys:
         return {}
     hints = getattr(sampler, "hints", None)
@@ -461,12 +463,10 @@ class CuratedPPOTrainer(PPOTrainerSync):
         batch = super().step(metrics, timing_raw)
         sampler = self.train_dataloader.sampler
         skipped, self._skipped = self._skipped, []
-        untrained = [read_responses(b.partition_id, b.keys, b.tags) for b in skipped]  # the flat groups are evidence
-        cleared = getattr(self.replay_buffer, "cleared", None)
-        if cleared:  # and so are the groups DAPO's filter evicted and the surplus
-            untrained += cleared
-            cleared.clear()
-        observe_step(sampler, batch, untrained)
+        flat = [read_responses(b.partition_id, b.keys, b.tags) for b in skipped]  # trained, as the dense batch
+        cleared = getattr(self.replay_buffer, "cleared", None) or []  # DAPO's evictions and the surplus: untrained
+        observe_step(sampler, batch, flat, list(cleared))
+        cleared.clear()
         self._step_prompts = []
         for dropped in skipped:  # verl clears the trained keys after its metrics; these it never saw
             tq.kv_clear(keys=dropped.keys, partition_id=dropped.partition_id)
