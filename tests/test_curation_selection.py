@@ -13,6 +13,7 @@ from scipy import stats as sps
 from rlcurate.curation import build_curator
 from rlcurate.curation.base import Group, StepContext
 from rlcurate.curation.sage import SageSampler
+from rlcurate.interop import PromptSelection
 from rlcurate.curation.selection import (
     ExpectedDifficultySelector,
     InsightSelector,
@@ -239,6 +240,24 @@ def test_a_step_that_takes_the_whole_pool_starts_a_new_pass():
     world = SoftmaxWorld.make(n_prompts=12, pass_rate_beta=(0.3, 0.3), seed=0)  # mostly unmixed: DAPO refills
     res = SimTrainer(world, build_curator("insight+dapo"), prompts_per_step=8, group_size=8, seed=0).run(3)
     assert max(res.column("rollouts")) > 12 * 8  # a step generated more groups than the pool has prompts
+
+
+@pytest.mark.parametrize("seed", [8, 9, 28, 32])  # seeds where the pass left untaken prompts in skipped tails
+def test_mopps_top_ups_reach_every_untaken_prompt_of_its_pass(seed):
+    """MoPPS's candidates are chunks of a shuffled pass; a chunk that would run past the pass's end starts a new
+    pass, skipping the old pass's tail. DAPO's top-ups late in a step then found fewer untaken prompts than they
+    asked for ("cannot select 1 distinct prompts from a pool of 0" with 3 of 100 untaken); now the untaken rest is
+    always among the candidates, and a step repeats no prompt until it has taken them all."""
+    sel = PromptSelection("mopps", 100, seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        step = sel.select(32)
+        for _ in range(12):
+            more = sel.more(int(rng.integers(1, 12)))
+            fresh = 100 - len(step)
+            assert not set(more[:fresh]) & set(step) and len(set(more)) == len(more)
+            step = more[fresh:] if len(more) > fresh else step + more
+        sel.observe([], [])
 
 
 def test_compositions_use_the_belief_selector():

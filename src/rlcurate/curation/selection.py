@@ -182,7 +182,8 @@ class BeliefSelector(Selector):
         """The next ``min(size, pool)`` prompts of the seeded pass order (base :class:`Selector`'s epoch
         state), starting a new pass when the rest of this one is shorter than a chunk. Prompts in
         ``exclude`` (taken earlier in the step) are left out, and further chunks are appended until at
-        least ``k`` remain or the pool is used up."""
+        least ``k`` remain or the pool is used up; if the chunks still hold fewer than ``k`` (the untaken
+        prompts sat in tails the pass skipped), every untaken prompt not seen is added, in pass order."""
         size = min(size, self.n_items)
         seen = set(exclude or ())
         out: list[int] = []
@@ -198,6 +199,8 @@ class BeliefSelector(Selector):
             seen.update(int(i) for i in chunk)
             if len(out) >= k or len(seen) >= self.n_items:
                 break
+        if len(out) < k:
+            out.extend(int(i) for i in self._order if int(i) not in seen)
         return np.asarray(out, dtype=np.int64)
 
     def _pick(self, ctx: StepContext, k: int, exclude: set[int] | None = None) -> list[int]:
