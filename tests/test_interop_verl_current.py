@@ -100,6 +100,20 @@ def test_insight_under_dapo_observes_the_groups_verls_filter_evicts(probe):
         assert r["refilled"] == r["expected"] and r["refilled"] and not set(r["refilled"]) & set(r["step_prompts"])
 
 
+def test_refills_past_the_whole_pool_start_a_new_pass_without_repeats(probe):
+    """A step whose refills ask for more prompts than the pool has left takes the whole pool, then a new pass in
+    which no prompt comes twice (each refill handed the selector the step's prompts again, undoing the new pass, and
+    prompts repeated within it); INSIGHT's K stays rollout.n (it was learnt from the rows: 12 with a prompt taken
+    three times), and every response is one trial."""
+    d = probe["refills_past_the_pool"]
+    assert d["rounds"] == 2 and d["group_size"] == d["responses"]
+    for step in d["steps"]:
+        assert len(step) == 4 + 7 + 7 + 7 + 3 * 4
+        whole, again = step[:d["pool"]], step[d["pool"]:]
+        assert sorted(whole) == list(range(d["pool"])) and len(set(again)) == len(again)
+    assert d["trials"] == sum(len(step) for step in d["steps"]) * d["responses"]
+
+
 def test_dapo_verls_filter_and_this_packages_keep_the_same_groups_but_two_kinds(probe):
     """verl 0.9.1's ReplayBuffer._dapo_filtered_keys (real; the TransferQueue read is stubbed to return the
     float32 rm_scores verl's agent loop writes) against this package's DapoFilter on identical rewards."""

@@ -237,6 +237,60 @@ def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
     out["dapo_evidence"] = res
 
 
+def check_refills_past_the_pool(out: dict, parquet: str, tokenizer) -> None:
+    """verl's refills within a step asking for more prompts than the pool has left (a step of 4 prompts topped up
+    by 7, 7, 7, 3, 3, 3 and 3 on a pool of 24), over two steps driven by verl's ``step``; ``data.sampler`` without
+    ``group_size``. Every response's reward is 0 or 1 by its position in the group (one right of two)."""
+    import transfer_queue as tq
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    import rlcurate.interop.verl_v1 as v1
+
+    store = TensorStore({}, KVBatchMeta(partition_id="train", keys=[], tags=[]))
+    tq.kv_batch_put, tq.kv_batch_get, tq.kv_clear = store.kv_batch_put, store.kv_batch_get, store.kv_clear
+    trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **{
+        "algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "acc",
+        "data.sampler": {"strategy": "insight", "strategy_kwargs": {"mu": 0.3}}}), tokenizer)
+    trainer._init_dataloader()
+    trainer.global_steps = 1
+
+    class Rollout:  # the agent loop manager: records the prompts verl submits
+        submitted: list = []
+
+        def generate_sequences(self, batch):
+            self.submitted += list(zip(list(batch["uid"]), [int(i) for i in batch["index"]]))
+
+    trainer.agent_loop_manager = rollout = Rollout()
+    steps = []
+
+    def step_once(self, metrics, timing_raw, size):
+        for k in (7, 7, 7, 3, 3, 3, 3):
+            self._add_prompts_to_generate(k)
+        submitted, rollout.submitted = rollout.submitted, []
+        keys, tags = [], []
+        for uid, idx in submitted:
+            for s_ in range(N_RESP):
+                key = f"{uid}_{s_}_0"
+                scores = torch.zeros(3, dtype=torch.float32)
+                scores[-1] = float(s_ % 2)
+                store.rows[key] = {"index": idx, "rm_scores": scores}
+                keys.append(key)
+                tags.append({"status": "success", "seq_len": 3})
+        steps.append(self.train_dataloader.sampler.positions([i for _, i in submitted]).tolist())
+        return KVBatchMeta(partition_id="train", keys=keys, tags=tags)
+
+    PPOTrainer._step_once = step_once
+    for _ in range(2):
+        trainer.step({}, {})
+        trainer.global_steps += 1
+    selection = trainer.train_dataloader.sampler.selection
+    b = selection.selector.beliefs
+    out["refills_past_the_pool"] = {"steps": steps, "group_size": selection.group_size, "rounds": selection.rounds,
+                                    "trials": float((b.alpha + b.beta - 2).sum()), "responses": N_RESP,
+                                    "pool": N_PROMPTS}
+
+
 def check_update(out: dict, parquet: str, tokenizer) -> None:
     """verl's ``step`` drives the trainer; the sampler must end where a sampler fed the same rewards does."""
     import transfer_queue as tq
@@ -779,7 +833,8 @@ def main() -> None:
     from rlcurate.models.tiny import build_tiny_tokenizer
 
     out: dict = {}
-    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "dapo_evidence", "hints", "skip"]
+    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "dapo_evidence", "refills_past_the_pool",
+                                "hints", "skip"]
     with tempfile.TemporaryDirectory() as folder:
         parquet = make_parquet(folder)
         tokenizer = build_tiny_tokenizer()

@@ -198,11 +198,19 @@ class CurationSampler(_SamplerBase):
     def __len__(self) -> int:
         return self.chunks_per_epoch * self.batch_size
 
-    def top_up(self, k: int, taken) -> None:
+    def top_up(self, k: int, taken=None) -> None:
         """The next ``k`` prompts handed out are ``k`` more for the step now running, chosen by the selector's rule
-        with ``taken`` (the step's pool positions so far) left out (:meth:`PromptSelection.more`, as this
-        package's DAPO refills a step): verl 0.9's refills under DAPO's filter (:mod:`rlcurate.interop.verl_v1`)."""
-        self._top_ups += self.selection.more(int(k), taken=[int(i) for i in taken])
+        among the prompts the step has not taken (:meth:`PromptSelection.more`, as this package's DAPO refills a
+        step): verl 0.9's refills under DAPO's filter (:mod:`rlcurate.interop.verl_v1`). ``taken``: the step's pool
+        positions so far, given with its first top-up only (the selector then keeps count, and starts a new pass
+        when the step has taken the whole pool)."""
+        self._top_ups += self.selection.more(int(k), taken=None if taken is None else [int(i) for i in taken])
+
+    def fix_group_size(self, n: int) -> None:
+        """Responses per prompt (INSIGHT's K) given by the host (``rollout.n``), where ``data.sampler.group_size``
+        is unset, in place of learning it from each step's rows."""
+        if self._group_size_fixed is None:
+            self._group_size_fixed = self.selection.group_size = int(n)
 
     UNFED_LIMIT = 3
     """Selections made with no reward observed since the sampler began, past which :meth:`__iter__` warns once."""

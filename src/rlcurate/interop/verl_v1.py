@@ -368,6 +368,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
         self._advantage_scale = 1.0  # for the batch between _balance_batch and _compute_advantage
         self._warned_inexact = False
         self._step_prompts: list[int] = []  # pool positions fetched for the step now running (top-ups leave them out)
+        self._topped_up = False  # whether the step now running has had a top-up
         with open_dict(config):  # verl 0.9.1 tests for the literal mode "sync" (replay buffer, refills, resume)
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
@@ -383,6 +384,9 @@ class CuratedPPOTrainer(PPOTrainerSync):
         super()._init_dataloader()
         self.train_dataloader = curated_dataloader(self.train_dataloader, self.config.data)
         self.train_dataloader_it = None
+        # rollout.n, not learnt from a step's rows, where a prompt the step took twice (top-ups past the whole
+        # pool) has twice as many
+        self.train_dataloader.sampler.fix_group_size(int(self.config.actor_rollout_ref.rollout.n))
         hints = getattr(self.train_dataloader.sampler, "hints", None)
         if hints is not None:
             hints.check_prompt_length(self.tokenizer, int(self.config.actor_rollout_ref.rollout.prompt_length),
@@ -403,7 +407,9 @@ class CuratedPPOTrainer(PPOTrainerSync):
         # verl's refills within a step (DAPO's filter, sync_refill_failed_groups): chosen by the selector's rule
         # among the prompts the step has not taken, as this package's DAPO refills, not the next step's selection
         if num_prompts > 0:  # verl refuses the rest itself
-            self.train_dataloader.sampler.top_up(num_prompts, self._step_prompts)
+            first = not self._topped_up  # later ones: the selector counts (a step may take the whole pool)
+            self.train_dataloader.sampler.top_up(num_prompts, self._step_prompts if first else None)
+            self._topped_up = True
         return super()._add_prompts_to_generate(num_prompts)
 
     def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
@@ -467,7 +473,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
         cleared = getattr(self.replay_buffer, "cleared", None) or []  # DAPO's evictions and the surplus: untrained
         observe_step(sampler, batch, flat, list(cleared))
         cleared.clear()
-        self._step_prompts = []
+        self._step_prompts, self._topped_up = [], False
         for dropped in skipped:  # verl clears the trained keys after its metrics; these it never saw
             tq.kv_clear(keys=dropped.keys, partition_id=dropped.partition_id)
         metrics.update({f"rlcurate/{k}": v for k, v in sampler.selection.metrics().items()})
