@@ -326,6 +326,22 @@ def test_a_run_resumed_within_a_generation_batch_trains_what_the_uninterrupted_r
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
+def test_a_run_resumed_at_an_epoch_boundary_ignoring_the_data_skip_trains_what_the_uninterrupted_run_trains(
+        tmp_path, tiny_checkpoint):
+    """checkpoint-12 ends the first epoch (the sampler's 12 chunks, one per step). The loop restores the generators before it builds
+    the next epoch's iterator, as the uninterrupted run draws that iterator's seed: restoring them again after the
+    first fetch (what a resume within the epoch needs with ignore_data_skip=True) rewound that draw, and the run
+    sampled other completions."""
+    whole, scored = _train(tmp_path / "whole", tiny_checkpoint, steps=14, save_strategy="steps", save_steps=12)
+    resumed, more = _train(tmp_path / "ignoring", tiny_checkpoint, steps=14, ignore_data_skip=True,
+                           resume=str(tmp_path / "whole" / "trl" / "checkpoint-12"))
+    assert resumed._curation_sampler.chunks_per_epoch == 12 and more == scored[12 * 8:]  # the second epoch's first two generations: the same prompts and rewards
+    assert np.array_equal(resumed.curation.selector.beliefs.alpha, whole.curation.selector.beliefs.alpha)
+    for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+
+
 # ---------------------------------------------------------------------------------------------- DAPO in TRL
 ALWAYS_RIGHT = 2  # prompts whose index is a multiple of this always get reward 1: their groups are not mixed
 

@@ -84,9 +84,10 @@ look-ahead had chosen but training had not reached, and, for a checkpoint within
 completions and its micro-step count (``rlcurate_generation_<rank>.pt``). The batches the loop skips on resume are
 placeholders the sampler yields without selecting, and the loop restores the generators after them, so the resumed
 run generates, selects and trains as the uninterrupted one (tested: same prompts, rewards, beliefs and parameters).
-With ``ignore_data_skip=True`` the resumed run trains the same prompts, and the same completions until its first
-epoch ends (it runs an epoch's worth of batches from the checkpoint, so later epochs start, and the dataloader draws
-its seed from the generators, at other steps). ``dataloader_num_workers`` must be 0 (workers would select ahead).
+With ``ignore_data_skip=True`` a run resumed from a checkpoint at an epoch's end is the uninterrupted run (tested);
+from one within an epoch it trains the same prompts, and the same completions until its first epoch ends (it runs
+an epoch's worth of batches from the checkpoint, so later epochs start, and the dataloader draws its seed from the
+generators, at other steps). ``dataloader_num_workers`` must be 0 (workers would select ahead).
 
 With a hosted strategy the selector observes once per step, after the sampler and processors have run, every row
 of every generate-and-score call of the step (its discount applied once; ``evidence="trained"`` reads the kept
@@ -724,8 +725,10 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         batches = super().get_batch_samples(epoch_iterator, num_batches, device)
         if self._rng_checkpoint:
             # with ignore_data_skip the loop restores the generators before it builds the dataloader's iterator, which
-            # draws its base seed from them: restored again here, as the loop does itself after skipping batches
-            self._load_rng_state(self._rng_checkpoint)
+            # draws its base seed from them: within an epoch restored again here, as the loop does itself after
+            # skipping batches; at an epoch's start the uninterrupted run draws that seed there too, so not
+            if self._batches_the_loop_skips():
+                self._load_rng_state(self._rng_checkpoint)
             self._rng_checkpoint = None
         return batches
 
