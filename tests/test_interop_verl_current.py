@@ -100,6 +100,20 @@ def test_insight_under_dapo_observes_the_groups_verls_filter_evicts(probe):
         assert r["refilled"] == r["expected"] and r["refilled"] and not set(r["refilled"]) & set(r["step_prompts"])
 
 
+def test_a_custom_replay_buffer_keeps_the_evidence_or_is_warned_of(probe):
+    """trainer.v1.sampler.custom_sampler: a subclass of verl's ReplayBuffer keeps its class's behaviour with the
+    evidence of the groups it clears read first; a buffer that is not one is warned of, once, naming it and the
+    selector, when the selector learns from rewards (not for uniform)."""
+    d = probe["custom_sampler"]
+    mine = d["MyBuffer insight"]
+    assert mine["bases"] == ["EvidenceKeepingMyBuffer", "EvidenceKeeping", "MyBuffer"] and mine["keeps"]
+    assert mine["read"] == [["u1_0_0", "u1_1_0"], [1007, 1007], [0.0, 1.0]] and not mine["warnings"]
+    own = d["OwnBuffer insight"]
+    assert own["class"] == "OwnBuffer" and not own["keeps"] and len(own["warnings"]) == 1
+    assert "custom_sampler OwnBuffer is not a verl ReplayBuffer" in own["warnings"][0] and "insight" in own["warnings"][0]
+    assert d["OwnBuffer uniform"]["warnings"] == []
+
+
 def test_refills_past_the_whole_pool_start_a_new_pass_without_repeats(probe):
     """A step whose refills ask for more prompts than the pool has left takes the whole pool, then a new pass in
     which no prompt comes twice (each refill handed the selector the step's prompts again, undoing the new pass, and

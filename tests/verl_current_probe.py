@@ -151,6 +151,58 @@ def check_dataloader(out: dict, parquet: str, tokenizer) -> None:
     out["dataloader"] = res
 
 
+def check_custom_sampler(out: dict, parquet: str, tokenizer) -> None:
+    """``trainer.v1.sampler.custom_sampler``: a subclass of verl's buffer keeps the evidence of the groups it clears;
+    a buffer that is not one is warned of when the dataloader is built (the selector would never see the groups it
+    drops), for a selector that learns from rewards only."""
+    import logging
+    import tempfile
+
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    import rlcurate.interop.verl_v1 as v1
+
+    res = {}
+    with tempfile.TemporaryDirectory() as folder:
+        module = os.path.join(folder, "my_buffers.py")
+        with open(module, "w") as f:
+            f.write("from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n"
+                    "class MyBuffer(ReplayBuffer):\n    pass\n"
+                    "class OwnBuffer:\n    def __init__(self, **kwargs):\n        self.kwargs = kwargs\n")
+        for name, strategy in (("MyBuffer", "insight"), ("OwnBuffer", "insight"), ("OwnBuffer", "uniform")):
+            records = []
+            handler = logging.Handler()
+            handler.emit = records.append
+            logging.getLogger(v1.__name__).addHandler(handler)
+            try:
+                trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **{
+                    "trainer.v1.sampler.custom_sampler": {"path": module, "name": name},
+                    "data.sampler": {"strategy": strategy, "group_size": N_RESP}}), tokenizer)
+                trainer._init_dataloader()
+            finally:
+                logging.getLogger(v1.__name__).removeHandler(handler)
+            buffer = trainer.replay_buffer
+            read = None
+            if isinstance(buffer, v1.EvidenceKeeping):  # a group the subclass clears is read first
+                import transfer_queue as tq
+                from transfer_queue import KVBatchMeta
+
+                store = TensorStore({}, KVBatchMeta(partition_id="train", keys=[], tags=[]))
+                tq.kv_batch_put, tq.kv_batch_get, tq.kv_clear = store.kv_batch_put, store.kv_batch_get, store.kv_clear
+                store.rows["u1"] = {}  # the prompt's own key, which verl clears with its trajectories
+                for s_ in range(2):
+                    store.rows[f"u1_{s_}_0"] = {"index": 1007, "rm_scores": torch.tensor([0.0, float(s_)])}
+                    buffer.partitions["train"][f"u1_{s_}_0"] = {"status": "success", "seq_len": 2}
+                buffer._clear_groups("train", {"u1"})
+                read = [list(part) for part in buffer.cleared[0]]
+            res[f"{name} {strategy}"] = {"read": read,
+                "class": type(buffer).__name__, "bases": [c.__name__ for c in type(buffer).__mro__[:3]],
+                "keeps": isinstance(buffer, v1.EvidenceKeeping),
+                "is_replay_buffer": isinstance(buffer, ReplayBuffer),
+                "warnings": [r.getMessage() for r in records if r.levelno >= logging.WARNING]}
+    out["custom_sampler"] = res
+
+
 def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
     """INSIGHT under DAPO's filter: verl's ``step`` runs with a stand-in ``_step_once`` in which verl's own replay
     buffer classifies the step's finished groups and evicts the flat ones (``_terminal_eviction_reasons``,
@@ -833,8 +885,8 @@ def main() -> None:
     from rlcurate.models.tiny import build_tiny_tokenizer
 
     out: dict = {}
-    sections = sys.argv[1:] or ["registry", "dataloader", "update", "dapo", "dapo_evidence", "refills_past_the_pool",
-                                "hints", "skip"]
+    sections = sys.argv[1:] or ["registry", "dataloader", "custom_sampler", "update", "dapo", "dapo_evidence",
+                                "refills_past_the_pool", "hints", "skip"]
     with tempfile.TemporaryDirectory() as folder:
         parquet = make_parquet(folder)
         tokenizer = build_tiny_tokenizer()

@@ -60,7 +60,9 @@ TransferQueue before the step ends; a selector that observed only the trained gr
 groups are always filtered at its prior, which INSIGHT ranks first, and choose it again and again (a reader's
 simulation of verl's refill loop stopped completing steps with 60 % of the pool flat). The trainer therefore keeps
 verl's replay buffer but reads each cleared group's responses before it goes
-(:class:`EvidenceKeepingReplayBuffer`), and the selector observes them at the step's end with the trained ones, as
+(:class:`EvidenceKeepingReplayBuffer`; a ``trainer.v1.sampler.custom_sampler`` that subclasses verl's buffer
+keeps the groups it clears through ``_clear_groups`` too, and one that does not is warned of when the trainer is
+built), and the selector observes them at the step's end with the trained ones, as
 untrained rows: evidence under ``evidence="generated"`` (the default), left out under ``"trained"``, as this
 package's ``insight+dapo`` observes. ``algorithm.adv_estimator=rlcurate_pool_grpo`` is refused
 when the trainer is built: verl 0.9.1's ``_compute_advantage`` reads a fixed list of fields from
@@ -111,7 +113,8 @@ from rlcurate.interop.verl_skip import advantage_scale, plan_skip, refuse_inexac
 from rlcurate.interop.verl_skip import trained_responses  # noqa: F401  (re-exported: the key format lives there)
 
 __all__ = ["CuratedPPOTrainer", "HintSchedule", "HintedCurationSampler", "TRAINER_NAME", "curated_dataloader",
-           "refuse_unhostable", "trained_responses", "observe_step", "read_responses", "EvidenceKeepingReplayBuffer"]
+           "refuse_unhostable", "trained_responses", "observe_step", "read_responses", "EvidenceKeeping",
+           "EvidenceKeepingReplayBuffer", "keep_evidence"]
 
 TRAINER_NAME = "rlcurate_curated"
 logger = logging.getLogger(__name__)
@@ -328,16 +331,37 @@ def observe_step(sampler: CurationSampler, batch, skipped=(), untrained=()) -> d
     return counts
 
 
-class EvidenceKeepingReplayBuffer(ReplayBuffer):
-    """verl's replay buffer, which reads the responses of the training groups it clears (DAPO's filtered groups,
-    the surplus past the batch) before clearing them, into ``cleared``, for the trainer to observe at the step's
-    end: a selector that never saw them would keep a filtered prompt at its prior, which INSIGHT ranks first."""
+class EvidenceKeeping:
+    """A replay buffer (verl's :class:`ReplayBuffer` or a subclass) that reads the responses of the training groups
+    it clears with ``_clear_groups`` (DAPO's filtered groups, the surplus past the batch) before clearing them, into
+    ``cleared``, for the trainer to observe at the step's end: a selector that never saw them would keep a filtered
+    prompt at its prior, which INSIGHT ranks first."""
+
+    cleared: list
 
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
         if partition_id == "train" and uids:
             keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
             self.cleared.append(read_responses(partition_id, keys, [self.partitions[partition_id][k] for k in keys]))
         super()._clear_groups(partition_id, uids)
+
+
+class EvidenceKeepingReplayBuffer(EvidenceKeeping, ReplayBuffer):
+    """verl's own replay buffer, keeping the evidence of the groups it clears (:class:`EvidenceKeeping`)."""
+
+
+def keep_evidence(buffer) -> bool:
+    """Make ``buffer`` keep the evidence of the groups it clears, in place (its class swapped for one with
+    :class:`EvidenceKeeping` first): verl's own buffer, or a ``custom_sampler`` that subclasses it (the groups its
+    filter clears through ``_clear_groups``). False for a buffer that is not a :class:`ReplayBuffer`."""
+    cls = type(buffer)
+    if not isinstance(buffer, ReplayBuffer):
+        return False
+    if not isinstance(buffer, EvidenceKeeping):
+        buffer.__class__ = (EvidenceKeepingReplayBuffer if cls is ReplayBuffer
+                            else type(f"EvidenceKeeping{cls.__name__}", (EvidenceKeeping, cls), {}))
+        buffer.cleared = []
+    return True
 
 
 def refuse_unhostable(config) -> None:
@@ -375,9 +399,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
 
     def _build_replay_buffer(self):
         buffer = super()._build_replay_buffer()
-        if type(buffer) is ReplayBuffer:  # verl's own, built from the config: kept, with the cleared groups read
-            buffer.__class__ = EvidenceKeepingReplayBuffer
-            buffer.cleared = []
+        self._keeps_evidence = keep_evidence(buffer)  # verl's own (or a subclass): kept, the cleared groups read
         return buffer
 
     def _init_dataloader(self):
@@ -387,6 +409,11 @@ class CuratedPPOTrainer(PPOTrainerSync):
         # rollout.n, not learnt from a step's rows, where a prompt the step took twice (top-ups past the whole
         # pool) has twice as many
         self.train_dataloader.sampler.fix_group_size(int(self.config.actor_rollout_ref.rollout.n))
+        if not self._keeps_evidence and hasattr(self.train_dataloader.sampler.selection.selector, "beliefs"):
+            logger.warning("%s: trainer.v1.sampler.custom_sampler %s is not a verl ReplayBuffer: the groups it drops "
+                           "before a step ends (a filter's) never reach the %s selector, which keeps their prompts at "
+                           "their prior", TRAINER_NAME, type(self.replay_buffer).__name__,
+                           self.train_dataloader.sampler.selection.selector.name)
         hints = getattr(self.train_dataloader.sampler, "hints", None)
         if hints is not None:
             hints.check_prompt_length(self.tokenizer, int(self.config.actor_rollout_ref.rollout.prompt_length),
