@@ -326,6 +326,18 @@ def test_a_run_resumed_within_a_generation_batch_trains_what_the_uninterrupted_r
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_a_checkpoint_between_generation_batches_leaves_no_earlier_runs_buffer(tmp_path, tiny_checkpoint):
+    """A run saving into a checkpoint folder an earlier run left (the same output_dir) between generation batches:
+    the earlier run's TRL buffer file would make a resume train its completions; it is removed."""
+    from rlcurate.interop.trl import GENERATION_STATE_FILE
+
+    stale = tmp_path / "run" / "trl" / "checkpoint-1" / GENERATION_STATE_FILE.format(rank=0)
+    stale.parent.mkdir(parents=True)
+    torch.save({"step": 1, "buffer": ["an earlier run's"]}, stale)
+    _train(tmp_path / "run", tiny_checkpoint, steps=1, save_strategy="steps", save_steps=1)
+    assert (stale.parent / "rlcurate_sampler.json").is_file() and not stale.exists()
+
+
 @pytest.mark.slow
 def test_a_run_resumed_at_an_epoch_boundary_ignoring_the_data_skip_trains_what_the_uninterrupted_run_trains(
         tmp_path, tiny_checkpoint):

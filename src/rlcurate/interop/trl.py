@@ -681,9 +681,11 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
                 with open(os.path.join(folder, CURATOR_STATE_FILE), "w") as f:
                     json.dump(self.curator.rollout_state_dict(), f)
 
+        path = os.path.join(folder, GENERATION_STATE_FILE.format(rank=self.accelerator.process_index))
         if done and os.path.isdir(folder):
-            torch.save({"step": self._step, "buffer": self._buffered_inputs},
-                       os.path.join(folder, GENERATION_STATE_FILE.format(rank=self.accelerator.process_index)))
+            torch.save({"step": self._step, "buffer": self._buffered_inputs}, path)
+        elif os.path.isfile(path):  # an earlier run's, saved into the same folder: resuming would train its buffer
+            os.remove(path)
 
     @property
     def _generate_every(self) -> int:
