@@ -321,6 +321,9 @@ def test_a_run_resumed_within_a_generation_batch_trains_what_the_uninterrupted_r
     for resumed, more in runs:
         assert more == scored[8:]  # one generation, at step 3: the same prompts and rewards
         assert resumed.curation.observed == 2
+        # the selections since the checkpoint, each with the batches it had observed (the in-flight one's lag is 0)
+        assert resumed.curation.history == whole.curation.history[-len(resumed.curation.history):]
+        assert min(selection_lag(resumed.curation.history)) >= 0
         assert np.array_equal(resumed.curation.selector.beliefs.alpha, whole.curation.selector.beliefs.alpha)
         for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)

@@ -429,8 +429,9 @@ class CurationSampler(Sampler[int]):
                 entry = self.pending.pop(0)
                 chunk = [int(i) for i in entry["indices"]]
                 passes = int(entry.get("passes", passes))  # fewer: the chunk in flight when the checkpoint was saved
-                self.selection.history.append({"round": int(entry["round"]), "observed": self.selection.observed,
-                                               "indices": chunk})
+                round_ = int(entry["round"])  # what it had observed when chosen (older checkpoints: at most round)
+                observed = int(entry.get("observed", min(self.selection.observed, round_)))
+                self.selection.history.append({"round": round_, "observed": observed, "indices": chunk})
             else:
                 chunk = self.selection.select(self.batch_size)  # chosen only when the first index is needed
             for _ in range(passes):
@@ -668,13 +669,13 @@ class CuratedGRPOTrainer(ZeroAdvantageSkipping, GRPOTrainer):
         if self.args.should_save and os.path.isdir(folder):
             # the chunks the dataloader's look-ahead chose but training has not reached (each generation batch is
             # observed once, so chunk r is trained once r < observed)
-            pending = [{"round": h["round"], "indices": h["indices"]} for h in self.curation.history
-                       if h["round"] >= self.curation.observed]
+            pending = [{"round": h["round"], "observed": h["observed"], "indices": h["indices"]}
+                       for h in self.curation.history if h["round"] >= self.curation.observed]
             if done:  # saved within a generation batch (num_iterations > 1 or steps_per_generation > A): its last
                 # passes are trained on resume from the completions TRL generated (rlcurate_generation_<rank>.pt)
                 in_flight = next(h for h in self.curation.history if h["round"] == self.curation.observed - 1)
-                pending.insert(0, {"round": in_flight["round"], "indices": in_flight["indices"],
-                                   "passes": self._generate_every - done})
+                pending.insert(0, {"round": in_flight["round"], "observed": in_flight["observed"],
+                                   "indices": in_flight["indices"], "passes": self._generate_every - done})
             with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
                 json.dump({**self.curation.state_dict(), "pending": pending}, f)
             if self.curator is not None:  # the hosted sampler's and processors' state (SAGE-LIGHT's levels)
