@@ -455,8 +455,11 @@ def test_prompts_without_ids_are_numbered_alike_in_jsonl_and_csv(tmp_path):
     ("i.csv", "uid,successes,trials\na,1.5,2\n", "i.csv: line 2: successes must be a whole number >= 0, got 1.5"),
     ("j.jsonl", "\n\n", "j.jsonl: no prompts in it"),
     ("n.csv", "uid,successes,trials\nq1,2,8,\n", "n.csv: line 2: more fields than the header's 3"),
-    ("o.jsonl", '{"uid": "a", "successes": 1, "trials": 1e12}\n', "o.jsonl: line 1: trials 1e+12 is more than "
-                                                                  "1,000,000 runs of one prompt"),
+    ("o.jsonl", '{"uid": "a", "successes": 1, "trials": 1e12}\n', "o.jsonl: line 1: trials 1,000,000,000,000 is "
+                                                                  "more than 1,000,000 runs of one prompt"),
+    ("p.csv", "successes,trials\n" + "1,1000000\n" * 51, "p.csv: line 52: the prompts up to here claim 51,000,000 "
+                                                           "runs, more than 50,000,000 in one file"),
+    ("q.csv", 'uid,successes,trials\n"two\nlines",1,2\nb,3,2\n', "q.csv: line 4: successes 3 > trials 2"),
     ("k.jsonl", None, "k.jsonl: no such file"),
     ("l.json", '{"uid": "a"}', "l.json: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, "
                                "or a scores file ending in .jsonl or .csv)"),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import json
 import math
 import os
@@ -56,6 +57,7 @@ SIM_GROUP_SIZES = (2, 4, 8, 16, 32)
 MIN_PROMPTS = 20
 MIN_RUNS = mixture.MIN_RUNS  # the runs a prompt needs to enter the fit (rlcurate.stats.mixture.gate_counts)
 MAX_TRIALS = 1_000_000  # runs of one prompt a scores file may claim (each becomes one score in memory)
+MAX_TOTAL_TRIALS = 50_000_000  # and of all its prompts together (400 MB of scores)
 SIM_WORLD = {"n_prompts": 600, "n_skills": 32, "noise_dims": 16}
 """The conditions map's world (configs/suites/conditions_sim.yaml) less its pass rates."""
 SIM_TRAIN = {"rollouts_per_step": 128, "optimizer": "adam", "validation_fraction": 0.1, "test_fraction": 0.2}
@@ -218,21 +220,37 @@ def _read_scores_file(path: Path) -> PoolScores:
     return PoolScores(uids, [s for _, _, s in rows], numbered=any(u is None for _, u, _ in rows))
 
 
-def _counts_scores(where: str, successes, trials) -> np.ndarray:
+def _counts_scores(where: str, successes, trials, budget: "_TrialBudget") -> np.ndarray:
     """Runs of a prompt given as counts: ``successes`` ones and ``trials - successes`` zeros (advise reads only
     their number and sum)."""
     for name, v in (("successes", successes), ("trials", trials)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 0:
             raise UserError(f"{where}: {name} must be a whole number >= 0, got {v!r}")
     if trials > MAX_TRIALS:
-        raise UserError(f"{where}: trials {trials:g} is more than {MAX_TRIALS:,} runs of one prompt")
+        raise UserError(f"{where}: trials {int(trials):,} is more than {MAX_TRIALS:,} runs of one prompt")
     if successes > trials:
-        raise UserError(f"{where}: successes {successes:g} > trials {trials:g}")
+        raise UserError(f"{where}: successes {int(successes):,} > trials {int(trials):,}")
+    budget.add(where, trials)
     return np.r_[np.ones(int(successes)), np.zeros(int(trials) - int(successes))]
+
+
+class _TrialBudget:
+    """Refuses a scores file whose prompts together claim more than :data:`MAX_TOTAL_TRIALS` runs, at the line that
+    passes it (before its scores are made)."""
+
+    def __init__(self):
+        self.total = 0
+
+    def add(self, where: str, runs: int) -> None:
+        self.total += int(runs)
+        if self.total > MAX_TOTAL_TRIALS:
+            raise UserError(f"{where}: the prompts up to here claim {self.total:,} runs, more than {MAX_TOTAL_TRIALS:,} "
+                            f"in one file")
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
     rows = []
+    budget = _TrialBudget()
     for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON strings may hold U+2028
         if not line.strip():
             continue
@@ -250,8 +268,10 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards):
                 raise UserError(f"{where}: rewards must be a list of finite numbers, got {rewards!r}"[:300])
             scores = np.asarray(rewards, dtype=float)
+            budget.add(where, scores.size)
         elif "successes" in record and ("trials" in record or "n_runs" in record):  # n_runs: an audit's samples.jsonl
-            scores = _counts_scores(where, record["successes"], record.get("trials", record.get("n_runs")))
+            trials = record.get("trials", record.get("n_runs"))
+            scores = _counts_scores(where, record["successes"], trials, budget)
         else:
             raise UserError(f"{where}: no 'rewards' (a list of 0/1 per run) and no 'successes' with 'trials'")
         rows.append((number, None if uid is None else str(uid), scores))
@@ -261,13 +281,15 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
 def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
     import csv
 
-    reader = csv.DictReader(text.splitlines())
+    reader = csv.DictReader(io.StringIO(text, newline=""))  # the csv module's own line ends (quoted ones kept)
     columns = [c.strip() for c in reader.fieldnames or []]
     if "successes" not in columns or "trials" not in columns:
         raise UserError(f"{path}: the header must name successes and trials (and uid, optional); it has "
                         f"{', '.join(columns) or 'nothing'}")
     rows = []
-    for number, row in enumerate(reader, start=2):
+    budget = _TrialBudget()
+    for row in reader:
+        number = reader.line_num  # the line the row ends on
         if None in row:  # csv puts the fields past the header's under None
             raise UserError(f"{path}: line {number}: more fields than the header's {len(columns)}")
         row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
@@ -280,7 +302,7 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
                 values.append(float(row[name]))
             except ValueError:
                 raise UserError(f"{where}: {name} must be a whole number >= 0, got {row[name]!r}") from None
-        rows.append((number, row.get("uid") or None, _counts_scores(where, *values)))
+        rows.append((number, row.get("uid") or None, _counts_scores(where, *values, budget)))
     return rows
 
 
