@@ -178,6 +178,17 @@ def test_sage_light_in_verl_hints_the_prompts_this_packages_sage_light_hints(pro
     assert not ev["trials_equal_unhinted"]
 
 
+def test_sage_light_under_dapo_sees_the_groups_verls_filter_evicts(probe):
+    """SAGE-LIGHT under DAPO's filter: the all-wrong groups verl's replay buffer evicts (and refills) reach the
+    schedule, so a prompt whose unhinted group was all wrong comes back hinted; the levels of every fetch (the
+    refills' included) and the final schedule equal this package's SAGE-LIGHT fed the same groups. Without the
+    evicted groups the levels differ and the schedule keeps their uids."""
+    d = probe["hints_under_dapo"]
+    assert d["levels_equal"] and d["schedule_equal"]
+    assert max(d["fetches_per_step"]) > 1 and d["flat_then_hinted"] > 0 and d["hinted_groups"] > 0
+    assert d["evicted_uids_left"] == 0 and d["cleared_left"] == 0
+
+
 def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(probe):
     refused = probe["hints"]["refused"]
     assert "sync trainer submits each prompt to its agent loop once; use sage_light" in refused["sage"]
@@ -187,7 +198,7 @@ def test_sage_in_verl_refuses_what_it_cannot_host_when_the_trainer_is_built(prob
     assert "row 0 of the training set" in refused["not_task_prompts"] and "task.messages(problem)" in refused["not_task_prompts"]
     assert "has no extra_info['uid']" in refused["unknown_uid"]
     assert "use sage_light" in probe["hints"]["sage_refused_at_construction"]
-    assert "evicts the all-wrong groups before the step" in refused["with_dapo"]
+    assert refused["with_dapo"] == ""  # hosted since the evicted groups reach the schedule (below)
     assert "over actor_rollout_ref.rollout.prompt_length=64" in refused["too_long"] and "hint level" in refused["too_long"]
 
 

@@ -750,6 +750,118 @@ def _hinted_evidence(sampler, seen, levels) -> dict:
             "hinted_failures": int(hinted_failures.sum())}
 
 
+def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
+    """SAGE-LIGHT's hints under DAPO's filter: verl's own replay buffer classifies each round of finished groups and
+    evicts the flat ones, verl's refill fetches (and hints) as many prompts again, and the stand-in generates them,
+    until a round evicts nothing (at most four rounds a step). The schedule must see every group generated, the
+    evicted all-wrong ones included (their failures raise the prompt's level), as this package's SAGE-LIGHT fed the
+    same groups fetch by fetch."""
+    from types import SimpleNamespace
+
+    import transfer_queue as tq
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    import rlcurate.interop.verl_v1 as v1
+    from rlcurate.curation import build_curator
+    from rlcurate.curation.base import Group
+    from rlcurate.tasks import get_task
+
+    task = get_task(HINT_TASK["name"], **HINT_TASK["kwargs"])
+    problems = task.problems("train")
+    hinted = hint_parquet(os.path.dirname(parquet), task)
+    hints = {"strategy": "sage_light", "strategy_kwargs": {"hint_mode": "user"}, "task": HINT_TASK["name"],
+             "task_kwargs": HINT_TASK["kwargs"]}
+    store = TensorStore({}, KVBatchMeta(partition_id="train", keys=[], tags=[]))
+    tq.kv_batch_put, tq.kv_batch_get, tq.kv_clear = store.kv_batch_put, store.kv_batch_get, store.kv_clear
+    cfg = verl_config(hinted, **{"data.sampler.hints": hints, "data.max_prompt_length": 256,
+                                 "data.sampler.strategy": "uniform", "data.sampler.strategy_kwargs": {},
+                                 "algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "acc"})
+    trainer = bare_trainer(v1.CuratedPPOTrainer, cfg, tokenizer)
+    trainer._init_dataloader()
+    trainer.global_steps = 1
+    buf = trainer.replay_buffer
+    buf.filter_groups_metric = "reward"  # verl's canonical reward (rm_scores): what the stand-in writes
+
+    def reward(step, pos, level, s):  # an unhinted prompt of an even position always fails: its groups are evicted
+        return 0.0 if pos % 2 == 0 and level == 0 else hint_reward(step, pos, level > 0, s)
+
+    class Rollout:  # the agent loop manager: generates what verl submits, one fetch at a time
+        fetches: list = []
+
+        def generate_sequences(self, batch):
+            ids = [int(i) for i in batch["index"]]
+            raw = batch.get("raw_prompt")
+            fetch = []
+            for k, (uid, idx) in enumerate(zip(list(batch["uid"]), ids)):
+                pos = (idx - 500) // 3
+                level = trainer.train_dataloader.sampler.hints.level_of[str(uid)]
+                assert (raw[k].data != task.messages(problems[pos])) == (level > 0)
+                rewards = [reward(trainer.global_steps, pos, level, s_) for s_ in range(N_RESP)]
+                for s_, r in enumerate(rewards):
+                    key = f"{uid}_{s_}_0"
+                    store.rows[key] = {"index": idx, "rm_scores": torch.tensor([0.0, 0.0, r])}
+                    buf.partitions["train"][key] = {"status": "success", "seq_len": 3}
+                buf.finished_keys["train"].add(uid)
+                fetch.append((pos, level, rewards, uid))
+            self.fetches.append(fetch)
+
+    trainer.agent_loop_manager = rollout = Rollout()
+    steps = []
+
+    def step_once(self, metrics, timing_raw, size):
+        for _ in range(4):
+            reasons = buf._terminal_eviction_reasons(self.global_steps, "train")  # verl's DAPO classification
+            buf._evict_terminal_groups(self.global_steps, "train", reasons)
+            if not reasons[1]:
+                break
+            buf.refill_fn(len(reasons[1]))
+        fetches, rollout.fetches = rollout.fetches, []
+        steps.append(fetches)
+        kept = [k for k in buf.partitions["train"] if k.split("_")[0] in buf.finished_keys["train"]]
+        return KVBatchMeta(partition_id="train", keys=kept, tags=[buf.partitions["train"][k] for k in kept])
+
+    PPOTrainer._step_once = step_once
+    for _ in range(HINT_STEPS):
+        trainer.step({}, {})
+        for key in list(buf.partitions["train"]):  # verl clears the trained groups after its metrics
+            buf.partitions["train"].pop(key)
+        buf.finished_keys["train"].clear()
+        trainer.global_steps += 1
+    mine = trainer.train_dataloader.sampler.hints
+
+    # this package's SAGE-LIGHT, fed the same groups: a rollout per fetch, every group observed at the step's end
+    sage = build_curator("sage_light", hint_mode="user").sampler
+    levels_equal = True
+    for step_no, fetches in enumerate(steps, start=1):
+        groups = []
+        for fetch in fetches:
+            def generate(indices, m, hints=None, hint_levels=None, hint_mode=None, fetch=fetch):
+                return [Group(index=i, problem=problems[i], prompt=h or "", completions=[None] * m,
+                              rewards=np.asarray([reward(step_no, i, lv, s_) for s_ in range(m)]), hint_level=lv)
+                        for i, h, lv in zip(indices, hints, hint_levels)]
+
+            ctx = SimpleNamespace(step=step_no, prompts_per_step=len(fetch), group_size=N_RESP, generate=generate,
+                                  task=task, problems=problems, tokenizer=None, render=None)
+            got = sage.rollout(ctx, [pos for pos, *_ in fetch])
+            levels_equal &= [g.hint_level for g in got] == [level for _, level, *_ in fetch]
+            groups += got
+        sage.observe(None, groups)
+    flat_then_hinted = 0  # prompts whose unhinted group was all wrong (evicted) and that came back hinted
+    last = {}
+    for fetches in steps:
+        for fetch in fetches:
+            for pos, level, rewards, _ in fetch:
+                flat_then_hinted += level > 0 and last.get(pos) == (0, 0.0)
+                last[pos] = (level, max(rewards))
+    out["hints_under_dapo"] = {
+        "refused": "", "levels_equal": levels_equal, "schedule_equal": mine.state_dict() == sage.state_dict(),
+        "fetches_per_step": [len(f) for f in steps], "groups": sum(len(f) for fs in steps for f in fs),
+        "evicted_uids_left": len(mine.level_of), "flat_then_hinted": int(flat_then_hinted),
+        "hinted_groups": sum(level > 0 for fs in steps for f in fs for _, level, *_ in f),
+        "cleared_left": len(buf.cleared)}
+
+
 def check_hints(out: dict, parquet: str, tokenizer) -> None:
     """verl's ``step`` fetches, hints and observes; the levels, the hinted raw_prompts, the draws and the beliefs
     must equal this package's SAGE-LIGHT and INSIGHT fed the same rewards."""
@@ -886,7 +998,7 @@ def main() -> None:
 
     out: dict = {}
     sections = sys.argv[1:] or ["registry", "dataloader", "custom_sampler", "update", "dapo", "dapo_evidence",
-                                "refills_past_the_pool", "hints", "skip"]
+                                "refills_past_the_pool", "hints", "hints_under_dapo", "skip"]
     with tempfile.TemporaryDirectory() as folder:
         parquet = make_parquet(folder)
         tokenizer = build_tiny_tokenizer()

@@ -47,12 +47,13 @@ template), and verl generates and trains on it, as SAGE-LIGHT does. The level of
 (the first part of every trajectory key), so ``step`` passes each response's level to the selector
 (by default INSIGHT takes no evidence from hinted groups, as in this package's trainer; on a revisited pool
 pass ``hinted_evidence: failures`` in the strategy's kwargs, chapter 10) and each group's accuracy to the
-schedule. The schedule is saved with the sampler's state in ``data.pt``. The problems are found by their uids
+schedule (every group generated: under DAPO's filter the groups verl evicts too, read before they are cleared, so
+an all-wrong group raises its prompt's level as in this package's SAGE-LIGHT). The schedule is saved with the
+sampler's state in ``data.pt``. The problems are found by their uids
 (``extra_info[hints.uid_key]``, default ``uid``) in the task's splits, and every row's prompt at the strongest
 level must fit ``rollout.prompt_length``, when the dataloader is built. Refused: full SAGE (it re-rolls a prompt
 whose group is all wrong at the next level within the step, and the sync trainer submits each prompt to its agent
-loop once), hints the policy writes itself or hints in the assistant turn, and DAPO's filter (verl evicts the all-wrong groups before the step, so the
-schedule would never raise a level).
+loop once), hints the policy writes itself and hints in the assistant turn.
 
 DAPO's filter (``algorithm.filter_groups``) with a selector that learns from rewards (INSIGHT, MoPPS and the other
 belief selectors): verl's replay buffer clears the groups it filters out (and the surplus past the batch) from
@@ -367,18 +368,13 @@ def keep_evidence(buffer) -> bool:
 def refuse_unhostable(config) -> None:
     """Refuse (``ValueError``, one line) what the registered trainer cannot run, from the configuration alone: the
     pool-baseline estimator, ``skip_zero_advantage`` where it would change the update, a hint configuration that
-    cannot run, and SAGE-LIGHT under DAPO's filter."""
+    cannot run."""
     if config.algorithm.adv_estimator == POOL_ADV_ESTIMATOR:
         raise ValueError(f"{TRAINER_NAME} cannot run algorithm.adv_estimator={POOL_ADV_ESTIMATOR}: verl 0.9's "
                          "_compute_advantage never passes reward_baselines to an estimator (appendix A2)")
     if skip_requested(config):
         refuse_inexact(config, TRAINER_NAME)
-    filter_groups = config.algorithm.get("filter_groups", None)
-    dapo = filter_groups is not None and filter_groups.get("enable", False)
-    if HintSchedule.parse(config.data) is not None and dapo:
-        raise ValueError(f"{TRAINER_NAME}: data.sampler.hints with algorithm.filter_groups: verl's replay buffer evicts "
-                         "the all-wrong groups before the step, so SAGE-LIGHT would never see the failures that raise "
-                         "a prompt's hint level")
+    HintSchedule.parse(config.data)  # refuses a hint configuration that cannot run
 
 
 @register_trainer(TRAINER_NAME)
