@@ -260,6 +260,28 @@ def test_mopps_top_ups_reach_every_untaken_prompt_of_its_pass(seed):
         sel.observe([], [])
 
 
+@pytest.mark.parametrize("evidence", ["generated", "trained"])
+def test_a_host_that_says_which_rows_it_trained_feeds_the_evidence_rule(evidence):
+    """PromptSelection.observe(..., trained_rows=): evidence="trained" counts the trained rows only, "generated"
+    every row; every row trained is the same as not saying (pool statistics included)."""
+    ids = [0] * 4 + [1] * 4 + [2] * 4
+    rewards = [1, 0, 1, 1] + [0, 0, 0, 0] + [1, 0, 0, 0]
+    trained = [True] * 4 + [False] * 4 + [True, True, False, False]
+    sel = PromptSelection("insight", 5, group_size=4, evidence=evidence)
+    sel.observe(ids, rewards, trained_rows=trained)
+    b = sel.selector.beliefs
+    if evidence == "trained":
+        assert (b.alpha - 1).tolist()[:3] == [3, 0, 1] and (b.beta - 1).tolist()[:3] == [1, 0, 1]
+    else:
+        assert (b.alpha - 1).tolist()[:3] == [3, 0, 1] and (b.beta - 1).tolist()[:3] == [1, 4, 3]
+    pools = dict(pool_successes=[5.0] * 4 + [0.0] * 8, pool_sizes=[8] * 4 + [0] * 8)
+    said, unsaid = (PromptSelection("insight", 5, group_size=4, evidence=evidence) for _ in range(2))
+    said.observe(ids, rewards, **pools, trained_rows=[True] * 12)
+    unsaid.observe(ids, rewards, **pools)
+    assert said.selector.beliefs.alpha.tolist() == unsaid.selector.beliefs.alpha.tolist()
+    assert said.selector.beliefs.beta.tolist() == unsaid.selector.beliefs.beta.tolist()
+
+
 def test_compositions_use_the_belief_selector():
     cur = build_curator("insight+sage")
     assert isinstance(cur.selector, InsightSelector) and isinstance(cur.sampler, SageSampler)

@@ -260,25 +260,28 @@ class PromptSelection:
         keep = ~np.isnan(r)
         idx, r, lv, ps, pn, tr = idx[keep], r[keep], lv[keep], ps[keep], pn[keep], tr[keep]
         threshold = float(getattr(self.selector, "success_threshold", 1.0))
-        groups, generated, counts = [], [], {}
+        groups, generated, trained_groups, counts = [], [], [], {}
 
         def count(i, successes, trials):
             s0, n0 = counts.get(i, (0, 0))
             counts[i] = (s0 + int(successes), n0 + int(trials))
 
+        def group_of(i, level, rewards):
+            return Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * rewards.size,
+                         rewards=rewards, generated=int(rewards.size), hint_level=int(level))
+
         for i, level in dict.fromkeys(zip(idx.tolist(), lv.tolist())):
             at = (idx == i) & (lv == level)
             ri = r[at]
-            group = Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * ri.size,
-                          rewards=ri, generated=int(ri.size), hint_level=int(level))
+            group = group_of(i, level, ri)
             groups.append(group)
+            if (at & tr).any():  # the group's trained rows (all of them unless trained_rows says otherwise)
+                trained_groups.append(group if (at & tr).sum() == ri.size else group_of(i, level, r[at & tr]))
             size = int(pn[at][0])
             if size > 0:
                 group.pool_successes, group.pool_size = float(ps[at][0]), size
                 successes = int(round(group.pool_successes))
-                generated.append(Group(index=int(i), problem=self.problems[i], prompt="", completions=[None] * size,
-                                       rewards=np.r_[np.ones(successes), np.zeros(size - successes)],
-                                       generated=size, hint_level=0))
+                generated.append(group_of(i, 0, np.r_[np.ones(successes), np.zeros(size - successes)]))
                 count(int(i), successes, size)
                 if level > 0:
                     generated.append(group)
@@ -287,10 +290,7 @@ class PromptSelection:
                 if level == 0:
                     count(int(i), np.sum(ri >= threshold), ri.size)
         if trained_rows is not None:
-            trained = [Group(index=i, problem=self.problems[i], prompt="", completions=[None] * int(at.sum()),
-                             rewards=r[at], generated=int(at.sum()), hint_level=level)
-                       for i, level in dict.fromkeys(zip(idx[tr].tolist(), lv[tr].tolist()))
-                       for at in [(idx == i) & (lv == level) & tr]]
+            trained = trained_groups
         ctx = self.context(self.observed, max(len(groups), 1))
         ctx.generated_groups = generated
         self.selector.observe(ctx, groups if trained is None else list(trained))
