@@ -250,6 +250,12 @@ def test_a_checkpoint_taken_mid_chunk_resumes_with_the_rest_of_the_chunk(parquet
     again = CurationSampler(dataset, cfg, batch_size=BATCH)
     again.load_state_dict(old)
     assert len(list(again)) == (N_PROMPTS // BATCH - 2) * BATCH
+    # a group size the host fixes (data.sampler.group_size, or verl 0.9's rollout.n) outlives a checkpoint that
+    # learnt another (a run saved with rollout.n = 12, or before a prompt repeated in a step counted once)
+    fixed = CurationSampler(dataset, cfg, batch_size=BATCH)
+    fixed.fix_group_size(N_RESP)
+    fixed.load_state_dict({**state, "selection": {**state["selection"], "group_size": 3 * N_RESP}})
+    assert fixed.selection.group_size == N_RESP
 
 
 def test_prefilter_and_errors(parquet, tokenizer, tmp_path):

@@ -112,6 +112,10 @@ def test_a_custom_replay_buffer_keeps_the_evidence_or_is_warned_of(probe):
     assert own["class"] == "OwnBuffer" and not own["keeps"] and len(own["warnings"]) == 1
     assert "custom_sampler OwnBuffer is not a verl ReplayBuffer" in own["warnings"][0] and "insight" in own["warnings"][0]
     assert d["OwnBuffer uniform"]["warnings"] == []
+    keeping = d["MyKeeping insight"]  # a user's subclass of the evidence-keeping buffer has its list too
+    assert keeping["keeps"] and keeping["read"] == mine["read"] and not keeping["warnings"]
+    own = d["BuildsItsOwn insight"]  # a trainer subclass that builds its own buffer: warned of, no error
+    assert own["class"] == "OwnBuffer" and not own["keeps"] and len(own["warnings"]) == 1
 
 
 def test_refills_past_the_whole_pool_start_a_new_pass_without_repeats(probe):
@@ -181,10 +185,10 @@ def test_sage_light_in_verl_hints_the_prompts_this_packages_sage_light_hints(pro
 def test_sage_light_under_dapo_sees_the_groups_verls_filter_evicts(probe):
     """SAGE-LIGHT under DAPO's filter: the all-wrong groups verl's replay buffer evicts (and refills) reach the
     schedule, so a prompt whose unhinted group was all wrong comes back hinted; the levels of every fetch (the
-    refills' included) and the final schedule equal this package's SAGE-LIGHT fed the same groups. Without the
-    evicted groups the levels differ and the schedule keeps their uids."""
+    refills' included) and the final schedule equal this package's SAGE-LIGHT fed the same groups in the order of
+    the fetches, among them prompts fetched twice in a step (refills past the whole pool) with other accuracies."""
     d = probe["hints_under_dapo"]
-    assert d["levels_equal"] and d["schedule_equal"]
+    assert d["levels_equal"] and d["schedule_equal"] and d["repeats_with_other_accuracy"] > 0
     assert max(d["fetches_per_step"]) > 1 and d["flat_then_hinted"] > 0 and d["hinted_groups"] > 0
     assert d["evicted_uids_left"] == 0 and d["cleared_left"] == 0
 

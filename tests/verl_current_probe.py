@@ -167,17 +167,26 @@ def check_custom_sampler(out: dict, parquet: str, tokenizer) -> None:
         module = os.path.join(folder, "my_buffers.py")
         with open(module, "w") as f:
             f.write("from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n"
+                    "from rlcurate.interop.verl_v1 import EvidenceKeepingReplayBuffer\n"
                     "class MyBuffer(ReplayBuffer):\n    pass\n"
+                    "class MyKeeping(EvidenceKeepingReplayBuffer):\n    pass\n"
                     "class OwnBuffer:\n    def __init__(self, **kwargs):\n        self.kwargs = kwargs\n")
-        for name, strategy in (("MyBuffer", "insight"), ("OwnBuffer", "insight"), ("OwnBuffer", "uniform")):
+
+        class BuildsItsOwn(v1.CuratedPPOTrainer):  # a subclass that builds its buffer without verl's method
+            def _build_replay_buffer(self):
+                return type("OwnBuffer", (), {})()
+
+        for name, strategy in (("MyBuffer", "insight"), ("MyKeeping", "insight"), ("OwnBuffer", "insight"),
+                               ("OwnBuffer", "uniform"), ("BuildsItsOwn", "insight")):
             records = []
             handler = logging.Handler()
             handler.emit = records.append
             logging.getLogger(v1.__name__).addHandler(handler)
             try:
-                trainer = bare_trainer(v1.CuratedPPOTrainer, verl_config(parquet, **{
-                    "trainer.v1.sampler.custom_sampler": {"path": module, "name": name},
-                    "data.sampler": {"strategy": strategy, "group_size": N_RESP}}), tokenizer)
+                custom = {} if name == "BuildsItsOwn" else {
+                    "trainer.v1.sampler.custom_sampler": {"path": module, "name": name}}
+                trainer = bare_trainer(BuildsItsOwn if name == "BuildsItsOwn" else v1.CuratedPPOTrainer, verl_config(
+                    parquet, **custom, **{"data.sampler": {"strategy": strategy, "group_size": N_RESP}}), tokenizer)
                 trainer._init_dataloader()
             finally:
                 logging.getLogger(v1.__name__).removeHandler(handler)
@@ -783,11 +792,13 @@ def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
     buf = trainer.replay_buffer
     buf.filter_groups_metric = "reward"  # verl's canonical reward (rm_scores): what the stand-in writes
 
-    def reward(step, pos, level, s):  # an unhinted prompt of an even position always fails: its groups are evicted
-        return 0.0 if pos % 2 == 0 and level == 0 else hint_reward(step, pos, level > 0, s)
+    def reward(step, pos, level, s, again):  # an unhinted prompt of an even position always fails (its groups are
+        # evicted); ``again``: the prompt's earlier fetches this step (refills past the whole pool), other draws
+        return 0.0 if pos % 2 == 0 and level == 0 else hint_reward(step, pos, level > 0, s + 10 * again)
 
     class Rollout:  # the agent loop manager: generates what verl submits, one fetch at a time
         fetches: list = []
+        times: dict = {}  # prompt -> fetches this step
 
         def generate_sequences(self, batch):
             ids = [int(i) for i in batch["index"]]
@@ -797,7 +808,9 @@ def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
                 pos = (idx - 500) // 3
                 level = trainer.train_dataloader.sampler.hints.level_of[str(uid)]
                 assert (raw[k].data != task.messages(problems[pos])) == (level > 0)
-                rewards = [reward(trainer.global_steps, pos, level, s_) for s_ in range(N_RESP)]
+                again = self.times.get(pos, 0)
+                self.times[pos] = again + 1
+                rewards = [reward(trainer.global_steps, pos, level, s_, again) for s_ in range(N_RESP)]
                 for s_, r in enumerate(rewards):
                     key = f"{uid}_{s_}_0"
                     store.rows[key] = {"index": idx, "rm_scores": torch.tensor([0.0, 0.0, r])}
@@ -816,7 +829,7 @@ def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
             if not reasons[1]:
                 break
             buf.refill_fn(len(reasons[1]))
-        fetches, rollout.fetches = rollout.fetches, []
+        fetches, rollout.fetches, rollout.times = rollout.fetches, [], {}
         steps.append(fetches)
         kept = [k for k in buf.partitions["train"] if k.split("_")[0] in buf.finished_keys["train"]]
         return KVBatchMeta(partition_id="train", keys=kept, tags=[buf.partitions["train"][k] for k in kept])
@@ -832,21 +845,30 @@ def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
 
     # this package's SAGE-LIGHT, fed the same groups: a rollout per fetch, every group observed at the step's end
     sage = build_curator("sage_light", hint_mode="user").sampler
-    levels_equal = True
+    levels_equal, repeats = True, []
     for step_no, fetches in enumerate(steps, start=1):
-        groups = []
+        groups, times = [], {}
         for fetch in fetches:
-            def generate(indices, m, hints=None, hint_levels=None, hint_mode=None, fetch=fetch):
-                return [Group(index=i, problem=problems[i], prompt=h or "", completions=[None] * m,
-                              rewards=np.asarray([reward(step_no, i, lv, s_) for s_ in range(m)]), hint_level=lv)
-                        for i, h, lv in zip(indices, hints, hint_levels)]
+            def generate(indices, m, hints=None, hint_levels=None, hint_mode=None):
+                out = []
+                for i, h, lv in zip(indices, hints, hint_levels):
+                    again = times.get(i, 0)
+                    times[i] = again + 1
+                    out.append(Group(index=i, problem=problems[i], prompt=h or "", completions=[None] * m,
+                                     rewards=np.asarray([reward(step_no, i, lv, s_, again) for s_ in range(m)]),
+                                     hint_level=lv))
+                return out
 
             ctx = SimpleNamespace(step=step_no, prompts_per_step=len(fetch), group_size=N_RESP, generate=generate,
                                   task=task, problems=problems, tokenizer=None, render=None)
             got = sage.rollout(ctx, [pos for pos, *_ in fetch])
             levels_equal &= [g.hint_level for g in got] == [level for _, level, *_ in fetch]
             groups += got
-        sage.observe(None, groups)
+        sage.observe(None, groups)  # in the order of the fetches: a prompt's later group decides
+        by_prompt = {}
+        for g in groups:
+            by_prompt.setdefault(g.index, []).append(float(g.rewards.mean()))
+        repeats += [accs for accs in by_prompt.values() if len(accs) > 1]
     flat_then_hinted = 0  # prompts whose unhinted group was all wrong (evicted) and that came back hinted
     last = {}
     for fetches in steps:
@@ -859,7 +881,7 @@ def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
         "fetches_per_step": [len(f) for f in steps], "groups": sum(len(f) for fs in steps for f in fs),
         "evicted_uids_left": len(mine.level_of), "flat_then_hinted": int(flat_then_hinted),
         "hinted_groups": sum(level > 0 for fs in steps for f in fs for _, level, *_ in f),
-        "cleared_left": len(buf.cleared)}
+        "cleared_left": len(buf.cleared), "repeats_with_other_accuracy": sum(len(set(a)) > 1 for a in repeats)}
 
 
 def check_hints(out: dict, parquet: str, tokenizer) -> None:

@@ -284,6 +284,8 @@ class CurationSampler(_SamplerBase):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selection.load_state_dict(state["selection"])
+        if self._group_size_fixed is not None:  # the configuration's (or rollout.n), not the checkpoint's
+            self.selection.group_size = int(self._group_size_fixed)
         self._epoch_pos = int(state["epoch_pos"])
         self._pending = [int(i) for i in state.get("pending", [])]  # absent from checkpoints before it was kept
         if state.get("hosted") is not None:

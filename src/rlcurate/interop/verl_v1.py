@@ -248,15 +248,19 @@ class HintSchedule:
         return [self.level_of.get(str(u), 0) for u in uids]
 
     def observe(self, positions, scores, uids) -> None:
-        """SAGE-LIGHT's accuracy of each (prompt, level) group trained on; forgets those uids."""
+        """SAGE-LIGHT's accuracy of each group generated (one per fetched prompt, its uid), in the order the
+        prompts were fetched, as this package's SAGE-LIGHT observes a step's groups (a prompt fetched twice in one
+        step, by refills past the whole pool: the later group decides); forgets those uids."""
         from rlcurate.curation.base import Group
 
-        levels = self.levels(uids)
-        by_group: dict[tuple[int, int], list[float]] = {}
-        for p, r, lv in zip(positions, scores, levels):
-            by_group.setdefault((int(p), lv), []).append(float(r))
+        levels = dict(zip(map(str, uids), self.levels(uids)))
+        fetched = {u: k for k, u in enumerate(self.level_of)}  # insertion order: the order of the fetches
+        by_uid: dict[str, tuple[int, list[float]]] = {}
+        for p, r, u in zip(positions, scores, map(str, uids)):
+            by_uid.setdefault(u, (int(p), []))[1].append(float(r))
         groups = [Group(index=p, problem=self.problems[p], prompt="", completions=[None] * len(r),
-                        rewards=np.asarray(r), hint_level=lv) for (p, lv), r in by_group.items()]
+                        rewards=np.asarray(r), hint_level=levels[u])
+                  for u, (p, r) in sorted(by_uid.items(), key=lambda item: fetched.get(item[0], len(fetched)))]
         self.sampler.observe(None, groups)
         for u in set(map(str, uids)):
             self.level_of.pop(u, None)
@@ -361,6 +365,7 @@ def keep_evidence(buffer) -> bool:
     if not isinstance(buffer, EvidenceKeeping):
         buffer.__class__ = (EvidenceKeepingReplayBuffer if cls is ReplayBuffer
                             else type(f"EvidenceKeeping{cls.__name__}", (EvidenceKeeping, cls), {}))
+    if not isinstance(getattr(buffer, "cleared", None), list):  # a user's subclass of EvidenceKeeping too
         buffer.cleared = []
     return True
 
@@ -395,7 +400,7 @@ class CuratedPPOTrainer(PPOTrainerSync):
 
     def _build_replay_buffer(self):
         buffer = super()._build_replay_buffer()
-        self._keeps_evidence = keep_evidence(buffer)  # verl's own (or a subclass): kept, the cleared groups read
+        keep_evidence(buffer)  # verl's own (or a subclass): kept, the cleared groups read
         return buffer
 
     def _init_dataloader(self):
@@ -405,7 +410,8 @@ class CuratedPPOTrainer(PPOTrainerSync):
         # rollout.n, not learnt from a step's rows, where a prompt the step took twice (top-ups past the whole
         # pool) has twice as many
         self.train_dataloader.sampler.fix_group_size(int(self.config.actor_rollout_ref.rollout.n))
-        if not self._keeps_evidence and hasattr(self.train_dataloader.sampler.selection.selector, "beliefs"):
+        # again here (it is idempotent): a subclass may have built the buffer its own way
+        if not keep_evidence(self.replay_buffer) and hasattr(self.train_dataloader.sampler.selection.selector, "beliefs"):
             logger.warning("%s: trainer.v1.sampler.custom_sampler %s is not a verl ReplayBuffer: the groups it drops "
                            "before a step ends (a filter's) never reach the %s selector, which keeps their prompts at "
                            "their prior", TRAINER_NAME, type(self.replay_buffer).__name__,
