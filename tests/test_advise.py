@@ -459,7 +459,16 @@ def test_prompts_without_ids_are_numbered_alike_in_jsonl_and_csv(tmp_path):
                                                                   "more than 1,000,000 runs of one prompt"),
     ("p.csv", "successes,trials\n" + "1,1000000\n" * 51, "p.csv: line 52: the prompts up to here claim 51,000,000 "
                                                            "runs, more than 50,000,000 in one file"),
-    ("q.csv", 'uid,successes,trials\n"two\nlines",1,2\nb,3,2\n', "q.csv: line 4: successes 3 > trials 2"),
+    ("q.csv", 'uid,successes,trials\na,1,2\n"two\nlines",1,2\nb,3,2\n', "q.csv: line 3: a field runs over several "
+                                                                        "lines (an unclosed quote?)"),
+    ("r.csv", 'uid,successes,trials\na,1,2\n"b,1,2\nc,1,2\nd,1,2\n', "r.csv: line 3: a field runs over several lines"),
+    ("s.csv", "uid,successes,trials\n\n\na,1,2\n\nb,3,2\n", "s.csv: line 6: successes 3 > trials 2"),
+    ("t.csv", 'uid,successes,trials\na,1,"' + "9" * 140_000 + '"\n', "t.csv: line 2: not readable as CSV (field "
+                                                                       "larger than field limit"),
+    ("u.jsonl", '{"uid": "a", "successes": 1, "trials": ' + "9" * 400 + "}\n",
+     "u.jsonl: line 1: trials a number of 400 digits is more than 1,000,000 runs of one prompt"),
+    ("v.jsonl", '{"uid": "a", "successes": 1, "trials": ' + "9" * 5000 + "}\n", "v.jsonl: line 1: not JSON (Exceeds "
+                                                                               "the limit (4300 digits)"),
     ("k.jsonl", None, "k.jsonl: no such file"),
     ("l.json", '{"uid": "a"}', "l.json: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, "
                                "or a scores file ending in .jsonl or .csv)"),

@@ -220,16 +220,23 @@ def _read_scores_file(path: Path) -> PoolScores:
     return PoolScores(uids, [s for _, _, s in rows], numbered=any(u is None for _, u, _ in rows))
 
 
+def _whole(v) -> str:
+    """A count for a message: with thousands separators, or its number of digits when it is huge."""
+    n = int(v)
+    return f"{n:,}" if n < 10 ** 15 else f"a number of {len(str(n))} digits"
+
+
 def _counts_scores(where: str, successes, trials, budget: "_TrialBudget") -> np.ndarray:
     """Runs of a prompt given as counts: ``successes`` ones and ``trials - successes`` zeros (advise reads only
     their number and sum)."""
     for name, v in (("successes", successes), ("trials", trials)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 0:
-            raise UserError(f"{where}: {name} must be a whole number >= 0, got {v!r}")
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+                or (isinstance(v, float) and not v.is_integer())):  # an int of any size is whole
+            raise UserError(f"{where}: {name} must be a whole number >= 0, got {v!r:.40}")
     if trials > MAX_TRIALS:
-        raise UserError(f"{where}: trials {int(trials):,} is more than {MAX_TRIALS:,} runs of one prompt")
+        raise UserError(f"{where}: trials {_whole(trials)} is more than {MAX_TRIALS:,} runs of one prompt")
     if successes > trials:
-        raise UserError(f"{where}: successes {int(successes):,} > trials {int(trials):,}")
+        raise UserError(f"{where}: successes {_whole(successes)} > trials {_whole(trials)}")
     budget.add(where, trials)
     return np.r_[np.ones(int(successes)), np.zeros(int(trials) - int(successes))]
 
@@ -258,7 +265,7 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
         try:
             record = json.loads(line)
         except ValueError as exc:
-            raise UserError(f"{where}: not JSON ({exc.msg})") from None
+            raise UserError(f"{where}: not JSON ({getattr(exc, 'msg', exc)})") from None  # or an int too long
         if not isinstance(record, dict):
             raise UserError(f"{where}: a JSON object per line, got {type(record).__name__}")
         uid = record.get("uid", record.get("id"))
@@ -282,14 +289,28 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
     import csv
 
     reader = csv.DictReader(io.StringIO(text, newline=""))  # the csv module's own line ends (quoted ones kept)
+    try:
+        return _csv_counts(path, reader)
+    except csv.Error as exc:  # a field past the csv module's size limit; line_num counts the lines read before
+        raise UserError(f"{path}: line {reader.line_num + 1}: not readable as CSV ({exc})") from None
+
+
+def _csv_counts(path: Path, reader) -> list[tuple[int, str, np.ndarray]]:
     columns = [c.strip() for c in reader.fieldnames or []]
     if "successes" not in columns or "trials" not in columns:
         raise UserError(f"{path}: the header must name successes and trials (and uid, optional); it has "
                         f"{', '.join(columns) or 'nothing'}")
     rows = []
     budget = _TrialBudget()
+    number = reader.line_num  # the header's last line
     for row in reader:
-        number = reader.line_num  # the line the row ends on
+        after, number = number, reader.line_num  # the line the row ends on: its only line, as none may break one
+        fields = [v for v in row.values() if isinstance(v, str)] + [x for v in row.values() if isinstance(v, list)
+                                                                    for x in v]
+        breaks = sum(v.count("\n") + v.count("\r") - v.count("\r\n") for v in fields)
+        if breaks:
+            raise UserError(f"{path}: line {max(after + 1, number - breaks)}: a field runs over several lines (an "
+                            f"unclosed quote?)")
         if None in row:  # csv puts the fields past the header's under None
             raise UserError(f"{path}: line {number}: more fields than the header's {len(columns)}")
         row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
@@ -301,7 +322,7 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
             try:
                 values.append(float(row[name]))
             except ValueError:
-                raise UserError(f"{where}: {name} must be a whole number >= 0, got {row[name]!r}") from None
+                raise UserError(f"{where}: {name} must be a whole number >= 0, got {row[name]!r:.40}") from None
         rows.append((number, row.get("uid") or None, _counts_scores(where, *values, budget)))
     return rows
 
