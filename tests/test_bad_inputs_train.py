@@ -276,6 +276,32 @@ def test_unwritable_out_dir_is_refused(monkeypatch, tmp_path):
         preflight.check_out_dir(str(tmp_path / "run"))
 
 
+def test_an_out_dir_that_cannot_be_made_is_refused_even_where_os_access_says_yes(tmp_path):
+    """Root passes every os.access test; a folder under /proc cannot be made all the same, and a command that
+    checked only os.access trained (warmstart) or simulated (advise) to the end, then failed to save."""
+    from rlcurate.train import preflight
+
+    with pytest.raises(UserError, match=r"cannot be written: No such file or directory \(/proc\)"):
+        preflight.check_out_dir("/proc/rlcurate-no-such-folder")
+    preflight.check_out_dir(str(tmp_path / "run" / "deeper"))  # a folder that can be made: nothing left behind
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_warmstart_and_the_dry_run_refuse_an_output_they_cannot_write_before_working(capsys, tmp_path):
+    from rlcurate.cli import main
+
+    for argv, needle in [
+            (["warmstart", "--out", "/proc/x", "--steps", "2"], "--out /proc/x: cannot be written"),
+            (["dryrun", "--config", str(TINY_CFG), "--json", str(tmp_path)], "a folder; give a file name")]:
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # warmstart says it through argparse
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
 # ------------------------------------------------------------------------------ group size
 def test_group_size_one_is_refused(capsys, tmp_path):
     _train_refused(capsys, tmp_path, ["group_size=1"], "group_size=1", "advantage=grpo", "nothing is learned")

@@ -70,6 +70,18 @@ SMALL = {
 }
 
 
+def test_an_out_folder_that_cannot_be_made_is_refused_in_one_line(tmp_path, capsys):
+    from rlcurate.cli import main
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    for out, needle in (("/proc/x", "--out: out_dir='/proc/x' cannot be written"),
+                        (str(path), "is a file, not a directory")):
+        assert main(["conditions", "--suite", str(path), "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
 def test_a_small_conditions_suite_runs_end_to_end(tmp_path, capsys):
     from rlcurate.cli import main
     from rlcurate.conditions import condition_config, condition_table, load_conditions

@@ -389,6 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rlcurate.experiments import default_out
 
     out = Path(args.out) if args.out else default_out(suite)
+    from rlcurate.train.preflight import check_out_dir
+
+    try:
+        check_out_dir(str(out))
+    except UserError as exc:
+        raise UserError(f"--out: {exc}") from None
     # every stored result is read and checked before any condition runs
     stored = {name: read_condition(out / f"{name}.json") for name in names
               if (out / f"{name}.json").exists() and not args.force}

@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--layers must be a positive number of layers, got {args.layers}")
     if args.device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    if args.json and Path(args.json).expanduser().is_dir():
+        raise UserError(f"--json {args.json}: a folder; give a file name for the results")
     if args.json and not Path(args.json).expanduser().absolute().parent.is_dir():
         raise UserError(f"--json {args.json}: its folder {Path(args.json).expanduser().absolute().parent} does not exist")
     tokenizer_dir()

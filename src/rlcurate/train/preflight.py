@@ -148,6 +148,16 @@ def check_out_dir(out_dir: str) -> None:
         raise UserError(f"out_dir={out_dir!r} cannot be made: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"out_dir={out_dir!r} cannot be written: no write permission on {existing}")
+    import tempfile
+
+    try:  # os.access says yes to root everywhere: try it (a file in the folder, or a folder where it would go)
+        if path.is_dir():
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=existing))
+    except OSError as exc:
+        raise UserError(f"out_dir={out_dir!r} cannot be written: {exc.strerror or exc} ({existing})") from None
 
 
 def check_group_size(config: TrainConfig, curator) -> None:

@@ -91,6 +91,13 @@ def out_problem(out: Path, save_at: dict, force: bool) -> str | None:
     existing = next(p for p in [out, *out.absolute().parents] if p.exists())
     if not existing.is_dir():
         return f"{existing} is a file"
+    from rlcurate.errors import UserError
+    from rlcurate.train.preflight import check_out_dir
+
+    try:
+        check_out_dir(str(out))
+    except UserError as exc:
+        return str(exc).removeprefix(f"out_dir={str(out)!r} ")
     if not force:
         held = [p for p in [out, *(out / n for n in save_at.values() if n)] if (p / "config.json").exists()]
         if held:
