@@ -155,6 +155,16 @@ def test_smoke_run_writes_every_file(tmp_path):
         ws.build_parser().parse_args(["--out", str(out), "--seed", "3", *SMOKE]))
 
 
+def test_a_max_mixed_stage_alone_is_saved_with_eval_every_zero(tmp_path):
+    """--eval-every 0 evaluates "only at saved stages and the end": the end is evaluated, so a max-mixed stage
+    alone has a candidate and is saved (it saved nothing and exited 0)."""
+    out = tmp_path / "run"
+    argv = [a if a != "2" or SMOKE[i - 1] != "--eval-every" else "0" for i, a in enumerate(SMOKE)]
+    assert ws.main(["--out", str(out), "--save-at", "best=max-mixed", *argv, "--no-hint-eval"]) == 0
+    assert json.loads((out / "best" / "train_config.json").read_text())["stage_step"] == 4
+    assert (out / "best" / "model.safetensors").is_file()
+
+
 @pytest.mark.parametrize("stage", ["late", None], ids=["a-named-stage", "the-final-one"])
 def test_a_full_disk_at_a_stage_is_one_line_naming_the_stages_kept(tmp_path, monkeypatch, capsys, stage):
     """safetensors' error on a full disk (as CI met it) while a stage is written: ``rlcurate warmstart`` says so

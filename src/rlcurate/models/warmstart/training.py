@@ -176,7 +176,9 @@ class _Run:
                                  "wall_s": round(time.perf_counter() - self.t0, 2)})
                 bar.set_postfix(loss=f"{loss_sum / n_acc:.3f}")
                 loss_sum, n_acc = 0.0, 0
-            if (cfg.eval_every and done % cfg.eval_every == 0) or done in self.save_at:
+            if (cfg.eval_every and done % cfg.eval_every == 0) or done in self.save_at or done == cfg.steps:
+                # the end too (config: eval_every=0 evaluates "only at saved stages and the end"), so that a
+                # max-mixed stage always has a candidate
                 summary, counts = self.evaluate(done)
                 o = summary["overall"]
                 per_level = " ".join(f"{k}={v['mean_pass']:.2f}" for k, v in summary["levels"].items())
