@@ -160,6 +160,20 @@ def test_http_backend_audit_resumes_exactly(checkpoint, server_url, tmp_path, ca
     assert info["device"].startswith("server http://")
 
 
+def test_a_model_name_the_server_does_not_serve_is_refused_before_the_audit_starts(checkpoint, server_url, tmp_path,
+                                                                                      capsys):
+    """Every request would fail (HTTP 404), and the folder would record the wrong name: refused in one line, nothing
+    recorded, so the right name then runs in the same folder."""
+    out = tmp_path / "audit"
+    argv = base_args(checkpoint, out, "--backend", "openai", "--base-url", server_url, "--model-name", "wrong")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"model_name='wrong': the server at {server_url} serves '{NAME}'; pass --model-name" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (out / "config.json").exists()
+    assert main(base_args(checkpoint, out, "--backend", "openai", "--base-url", server_url, "--model-name", NAME,
+                          "--max-chunks", "1")) == 0
+
+
 def test_http_backend_server_down_stops_cleanly(checkpoint, tmp_path, capsys):
     argv = base_args(checkpoint, tmp_path / "down", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1",
                      "--model-name", NAME)

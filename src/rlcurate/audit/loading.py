@@ -41,6 +41,13 @@ def make_engine(config: AuditConfig):
             engine = OpenAIEngine(config.base_url, name, endpoint=config.endpoint)
         except ValueError as exc:
             raise AuditError(f"base_url: {exc}") from None
+        try:
+            served = engine.models()
+        except Exception:  # a server that cannot be reached is said where generation starts (resumable)
+            served = None
+        if served is not None and name not in served:  # before config.json records it: every request would fail
+            raise AuditError(f"model_name={name!r}: the server at {config.base_url} serves "
+                             f"{', '.join(map(repr, served)) or 'no model'}; pass --model-name with one of them")
         return engine, None if config.endpoint == "chat" else load_tokenizer(config.model)
     from rlcurate.models import load_policy
 
