@@ -166,8 +166,12 @@ def test_a_finished_runs_results_are_not_overwritten_by_a_run_with_another_confi
 
 @pytest.mark.parametrize("flags, needle", [(["--layers", "0"], "--layers must be a positive number"),
                                            (["--device", "gpu"], "--device must be auto, cpu or cuda"),
-                                           (["--json", "/nonexistent_folder/dry.json"], "does not exist")])
-def test_dryrun_refuses_bad_options_before_it_builds_a_checkpoint(capsys, flags, needle):
+                                           (["--json", "/nonexistent_folder/dry.json"], "does not exist"),
+                                           (["--steps", "0"], "--steps must be at least 1, got 0"),
+                                           (["--layers", "1000"], "--layers 1000: Qwen/Qwen2.5-0.5B-Instruct has 24 "
+                                                                  "layers; keep at most 24")])
+def test_dryrun_refuses_bad_options_before_it_builds_a_checkpoint(capsys, monkeypatch, flags, needle):
+    monkeypatch.setenv("RLCURATE_DATA_DIR", str(REPO.parent / "shared" / "data"))  # the tokenizer is found
     _refused(capsys, ["dryrun", "--config", str(REPO / "configs" / "gpu_grpo_qwen25_05b_gsm8k.yaml"), *flags], needle)
 
 

@@ -57,11 +57,13 @@ def dry_run(config_path, *, steps: int = 1, full: bool = False, layers: int | No
 
     config = TrainConfig.load(config_path, overrides)
     try:
-        architecture(config.model)
+        depth = architecture(config.model)["num_hidden_layers"]
     except KeyError as exc:
         raise UserError(f"{config_path}: model {config.model!r}: {exc.args[0]}") from None
     if steps < 1:
         raise UserError(f"--steps must be at least 1, got {steps}")
+    if layers is not None and layers > depth:
+        raise UserError(f"--layers {layers}: {config.model} has {depth} layers; keep at most {depth}")
     tok_dir = tokenizer_dir()
     changes = cut_changes(config, steps)
     if full:
@@ -134,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="rlcurate dryrun", formatter_class=HelpFormatter,
                        description=wrap("Train a GPU configuration's architecture with random weights for a step "
                                         "and one evaluation, through the code a GPU run uses, without the Hub "
-                                        "(appendix A1). Lengths are cut unless --full."))
+                                        "(appendix A1). Lengths are cut unless --full. Needs the Qwen tokenizer: "
+                                        "RLCURATE_TOKENIZER_DIR, or RLCURATE_DATA_DIR holding qwen2.5-tokenizer/."))
     p.add_argument("--config", required=True, nargs="+", help="one or more configs/gpu_*.yaml")
     p.add_argument("--steps", type=int, default=1, help="training steps")
     p.add_argument("--full", action="store_true", help="keep the config's lengths and batch (for a GPU)")
@@ -147,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.config:  # every file is checked before the first (expensive) run
         if not Path(path).is_file():
             raise UserError(f"config not found: {path}")
+    if args.steps < 1:
+        raise UserError(f"--steps must be at least 1, got {args.steps}")
     if args.layers is not None and args.layers < 1:
         raise UserError(f"--layers must be a positive number of layers, got {args.layers}")
     if args.device not in ("auto", "cpu", "cuda"):
