@@ -197,6 +197,8 @@ def test_compare_without_any_max_rollouts_names_the_flag_that_sets_the_budget(ru
     err = _one_line_error(capsys, ["compare", "--suite", str(far), "--runs", str(runs)]).strip()
     assert err == ("rlcurate compare: error: the budget 99999, the max_rollouts of run 'uniform': no run of suite "
                    "'protocol' reaches it (the largest reaches 12800 rollouts); pass a smaller --budget"), err
+    err = _one_line_error(capsys, ["compare", "--suite", str(far), "--runs", str(runs), "--budget", "99999999"])
+    assert "--budget 99999999: no run" in err, err  # as written (it said 1e+08)
 
 
 def test_compare_names_budget_rollouts_only_when_it_was_passed(runs, capsys):

@@ -197,7 +197,7 @@ def _strategies(argv: list[str]) -> int:
                              "deterministic, resumes exactly, composes, numpy alone: rlcurate.contract); "
                              "seconds each")
     parser.add_argument("--options", default=None, metavar="YAML",
-                        help="with --check: the strategy's options as a YAML mapping, e.g. '{k: 3}'")
+                        help="with --check: the strategy's options as a YAML mapping, e.g. '{k: 3}' for skip_solved")
     named = [a for a in argv if not a.startswith("-")]
     if named and any(a in ("-h", "--help") for a in argv):  # 'rlcurate strategies --help NAME': describe NAME
         argv = [a for a in argv if a not in ("-h", "--help")]

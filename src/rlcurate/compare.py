@@ -19,6 +19,11 @@ from rlcurate.errors import UserError
 from rlcurate.experiments import _find, check_current, default_out, load_results, load_suite
 
 
+
+def _amount(x: float) -> str:
+    """A budget as the user wrote it: whole numbers in full (99999999, not 1e+08)."""
+    return f"{int(x)}" if math.isfinite(x) and float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlcurate compare``: the tables of chapter 10's protocol from the committed runs of a suite."""
     p = ArgumentParser(prog="rlcurate compare", formatter_class=HelpFormatter,
@@ -80,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "does not use it")
     args.rho = 1.0 if args.rho is None else args.rho
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
-        raise UserError(f"--budget must be a finite number > 0, got {args.budget:g}")
+        raise UserError(f"--budget must be a finite number > 0, got {_amount(args.budget)}")
     if args.budget_rollouts is not None:
         if not (math.isfinite(args.budget_rollouts) and args.budget_rollouts > 0):
-            raise UserError(f"--budget-rollouts must be a finite number > 0, got {args.budget_rollouts:g}")
+            raise UserError(f"--budget-rollouts must be a finite number > 0, got {_amount(args.budget_rollouts)}")
         if args.measure != "cost" or args.budget is not None:
             raise UserError("--budget-rollouts sets the budget of --measure cost from the baseline's rollouts; it "
                             "goes with --measure cost and without --budget")
@@ -109,15 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget, spent_note = _baseline_spend(results, args, args.budget_rollouts or budget)
     reached = max(m.get("total/rollouts", 0) for r in results for m in r["metrics"])
     if args.currency == "rollouts" and budget > reached:
-        what = f"--budget {budget:g}" if args.budget is not None else (
-            f"the budget {budget:g}, the max_rollouts of " + ("every run" if args.sweep else f"run {args.baseline!r}"))
+        what = f"--budget {_amount(budget)}" if args.budget is not None else (
+            f"the budget {_amount(budget)}, the max_rollouts of " + ("every run" if args.sweep else f"run {args.baseline!r}"))
         raise UserError(f"{what}: no run of suite {suite['name']!r} reaches it (the largest reaches {reached:g} "
                         f"rollouts){'' if args.budget is not None else '; pass a smaller --budget'}")
     if args.sweep:
         try:
             table = sweep_table(results, budget)
         except ValueError as exc:  # a run without evaluations on the rollout grid
-            raise UserError(f"--sweep at {budget:g}: {exc}") from None
+            raise UserError(f"--sweep at {_amount(budget)}: {exc}") from None
         chosen = {arm: choose_lr(scores) for arm, scores in table.items()}
         for arm, scores in table.items():
             cells = "  ".join(f"lr {lr:g}: {np.mean(v):.3f} ({len(v)})" for lr, v in sorted(scores.items()))
@@ -133,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
         except ValueError as exc:  # a run that was not read as far as the budget
-            raise UserError(f"--measure {args.measure} at {budget:g}: {exc}"
+            raise UserError(f"--measure {args.measure} at {_amount(budget)}: {exc}"
                             + (" (a smaller --budget or --budget-rollouts reads every run)"
                                if "less than the budget" in str(exc) else "")) from None
     if args.baseline not in values:
