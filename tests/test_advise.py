@@ -424,6 +424,13 @@ def test_a_scores_file_from_your_own_harness_is_read_as_an_audit(tmp_path, capsy
     assert share == 0.5 and "30 of 60 prompts never solved" in note and not warnings
 
 
+def test_a_scores_file_suffix_in_capitals_is_read(tmp_path):
+    path = tmp_path / "EVAL.JSONL"
+    path.write_text("".join(json.dumps({"uid": f"q{i}", "rewards": [1, 0, 1, 1], "successes": 3, "trials": 4}) + "\n"
+                            for i in range(30)))
+    assert load_pool(path).uids == [f"q{i}" for i in range(30)]
+
+
 def test_prompts_without_ids_are_numbered_alike_in_jsonl_and_csv(tmp_path):
     """Without ids a prompt is its position among the file's prompts, whatever the format (blank lines and the
     header not counted), so a .csv and a .jsonl of the same prompts match, with a warning that they are matched by
@@ -469,6 +476,10 @@ def test_prompts_without_ids_are_numbered_alike_in_jsonl_and_csv(tmp_path):
      "u.jsonl: line 1: trials a number of 400 digits is more than 1,000,000 runs of one prompt"),
     ("v.jsonl", '{"uid": "a", "successes": 1, "trials": ' + "9" * 5000 + "}\n", "v.jsonl: line 1: not JSON (Exceeds "
                                                                                "the limit (4300 digits)"),
+    ("w.jsonl", '{"uid": "a", "rewards": [1, 0], "successes": 2, "trials": 4}\n',
+     "w.jsonl: line 1: successes 2 and trials 4 disagree with its rewards (1 of 2 right); give one or the other"),
+    ("x.jsonl", '{"uid": "a", "rewards": [true, false]}\n', "x.jsonl: line 1: rewards must be a list of finite "
+                                                            "numbers, got [true, false]"),
     ("k.jsonl", None, "k.jsonl: no such file"),
     ("l.json", '{"uid": "a"}', "l.json: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, "
                                "or a scores file ending in .jsonl or .csv)"),

@@ -168,7 +168,7 @@ def load_pool(source) -> PoolScores:
     counted, so a .jsonl and a .csv of the same prompts agree) is its id. Refuses, in one line naming the file and
     line, what is not one of these (:class:`UserError`)."""
     path = Path(source)
-    if path.suffix in SCORES_SUFFIXES and not path.is_dir():
+    if path.suffix.lower() in SCORES_SUFFIXES and not path.is_dir():
         return _read_scores_file(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{path}: a file, not an audit folder (give the folder an `rlcurate audit --out` wrote, or "
@@ -206,7 +206,7 @@ def _read_scores_file(path: Path) -> PoolScores:
         raise UserError(f"{path}: permission denied") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    rows = _jsonl_rows(path, text) if path.suffix == ".jsonl" else _csv_rows(path, text)
+    rows = _jsonl_rows(path, text) if path.suffix.lower() == ".jsonl" else _csv_rows(path, text)
     if not rows:
         raise UserError(f"{path}: no prompts in it")
     seen: dict[str, int] = {}
@@ -273,9 +273,15 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, np.ndarray]]:
         if rewards is not None:
             if not isinstance(rewards, list) or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards):
-                raise UserError(f"{where}: rewards must be a list of finite numbers, got {rewards!r}"[:300])
+                raise UserError(f"{where}: rewards must be a list of finite numbers, got {json.dumps(rewards)}"[:300])
             scores = np.asarray(rewards, dtype=float)
             budget.add(where, scores.size)
+            said = {"successes": (record.get("successes"), float(scores.sum())),
+                    "trials": (record.get("trials", record.get("n_runs")), scores.size)}
+            wrong = [f"{k} {json.dumps(v)}" for k, (v, fact) in said.items() if v is not None and v != fact]
+            if wrong:  # counts given beside the rewards must be theirs
+                raise UserError(f"{where}: {' and '.join(wrong)} disagree with its rewards ({scores.sum():g} of "
+                                f"{scores.size} right); give one or the other")
         elif "successes" in record and ("trials" in record or "n_runs" in record):  # n_runs: an audit's samples.jsonl
             trials = record.get("trials", record.get("n_runs"))
             scores = _counts_scores(where, record["successes"], trials, budget)
@@ -960,7 +966,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is not None and not args.out.strip():
         raise UserError("--out: empty; give a folder for the advice (default: the audit folder)")
     source = Path(args.audit)
-    out = Path(args.out) if args.out else (source.parent if source.suffix in SCORES_SUFFIXES else source)
+    out = Path(args.out) if args.out else (source.parent if source.suffix.lower() in SCORES_SUFFIXES else source)
     if args.out:  # before the simulation, so that its result has somewhere to go
         from rlcurate.train.preflight import check_out_dir
 
