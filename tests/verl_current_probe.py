@@ -54,6 +54,16 @@ class Store:
         return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in select_fields} for k in keys])
 
 
+class SubmittedPrompts:
+    """A stand-in for verl's agent loop manager that records the ``(uid, index)`` of every prompt submitted."""
+
+    def __init__(self):
+        self.submitted: list = []
+
+    def generate_sequences(self, batch):
+        self.submitted += list(zip(list(batch["uid"]), [int(i) for i in batch["index"]]))
+
+
 def verl_config(parquet: str, **changes):
     """verl's full default PPO config (the generated ppo_trainer.yaml) with a user's overrides."""
     import verl
@@ -240,13 +250,7 @@ def check_dapo_evidence(out: dict, parquet: str, tokenizer) -> None:
         buf.filter_groups_metric = "reward"  # verl's canonical reward (rm_scores): what the stand-in writes
         tally = {"trained": 0, "evicted": 0, "evicted_prompts": set(), "evicted_successes": 0}
 
-        class Rollout:  # the agent loop manager: records the prompts verl submits
-            submitted: list = []
-
-            def generate_sequences(self, batch):
-                self.submitted += list(zip(list(batch["uid"]), [int(i) for i in batch["index"]]))
-
-        trainer.agent_loop_manager = rollout = Rollout()
+        trainer.agent_loop_manager = rollout = SubmittedPrompts()
 
         def step_once(self, metrics, timing_raw, size):
             keys, tags = [], []
@@ -316,13 +320,7 @@ def check_refills_past_the_pool(out: dict, parquet: str, tokenizer) -> None:
     trainer._init_dataloader()
     trainer.global_steps = 1
 
-    class Rollout:  # the agent loop manager: records the prompts verl submits
-        submitted: list = []
-
-        def generate_sequences(self, batch):
-            self.submitted += list(zip(list(batch["uid"]), [int(i) for i in batch["index"]]))
-
-    trainer.agent_loop_manager = rollout = Rollout()
+    trainer.agent_loop_manager = rollout = SubmittedPrompts()
     steps = []
 
     def step_once(self, metrics, timing_raw, size):
@@ -797,8 +795,9 @@ def check_hints_under_dapo(out: dict, parquet: str, tokenizer) -> None:
         return 0.0 if pos % 2 == 0 and level == 0 else hint_reward(step, pos, level > 0, s + 10 * again)
 
     class Rollout:  # the agent loop manager: generates what verl submits, one fetch at a time
-        fetches: list = []
-        times: dict = {}  # prompt -> fetches this step
+        def __init__(self):
+            self.fetches: list = []
+            self.times: dict = {}  # prompt -> fetches this step
 
         def generate_sequences(self, batch):
             ids = [int(i) for i in batch["index"]]

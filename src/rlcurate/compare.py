@@ -19,10 +19,10 @@ from rlcurate.errors import UserError
 from rlcurate.experiments import _find, check_current, default_out, load_results, load_suite
 
 
-
 def _amount(x: float) -> str:
     """A budget as the user wrote it: whole numbers in full (99999999, not 1e+08)."""
     return f"{int(x)}" if math.isfinite(x) and float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlcurate compare``: the tables of chapter 10's protocol from the committed runs of a suite."""

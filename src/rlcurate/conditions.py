@@ -387,10 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--only: unknown condition(s) {', '.join(unknown)}; the suite has "
                         f"{', '.join(suite['conditions'])}")
     from rlcurate.experiments import default_out
-
-    out = Path(args.out) if args.out else default_out(suite)
     from rlcurate.train.preflight import check_out_dir
 
+    out = Path(args.out) if args.out else default_out(suite)
     try:
         check_out_dir(str(out))
     except UserError as exc:

@@ -275,8 +275,9 @@ class PromptSelection:
             ri = r[at]
             group = group_of(i, level, ri)
             groups.append(group)
-            if (at & tr).any():  # the group's trained rows (all of them unless trained_rows says otherwise)
-                trained_groups.append(group if (at & tr).sum() == ri.size else group_of(i, level, r[at & tr]))
+            kept = at & tr  # the group's trained rows (all of them unless trained_rows says otherwise)
+            if kept.any():
+                trained_groups.append(group if kept.sum() == ri.size else group_of(i, level, r[kept]))
             size = int(pn[at][0])
             if size > 0:
                 group.pool_successes, group.pool_size = float(ps[at][0]), size

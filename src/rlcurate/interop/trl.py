@@ -87,7 +87,8 @@ run generates, selects and trains as the uninterrupted one (tested: same prompts
 With ``ignore_data_skip=True`` a run resumed from a checkpoint at an epoch's end is the uninterrupted run (tested);
 from one within an epoch it trains the same prompts, and the same completions until its first epoch ends (it runs
 an epoch's worth of chunks from the checkpoint, the one in flight counted with the passes it had left, so later
-epochs start, and the dataloader draws its seed from the generators, at other steps). ``dataloader_num_workers`` must be 0 (workers would select ahead).
+epochs start, and the dataloader draws its seed from the generators, at other steps). ``dataloader_num_workers``
+must be 0 (workers would select ahead).
 
 With a hosted strategy the selector observes once per step, after the sampler and processors have run, every row
 of every generate-and-score call of the step (its discount applied once; ``evidence="trained"`` reads the kept

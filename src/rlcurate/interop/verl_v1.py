@@ -410,12 +410,12 @@ class CuratedPPOTrainer(PPOTrainerSync):
         # rollout.n, not learnt from a step's rows, where a prompt the step took twice (top-ups past the whole
         # pool) has twice as many
         self.train_dataloader.sampler.fix_group_size(int(self.config.actor_rollout_ref.rollout.n))
-        # again here (it is idempotent): a subclass may have built the buffer its own way
-        if not keep_evidence(self.replay_buffer) and hasattr(self.train_dataloader.sampler.selection.selector, "beliefs"):
+        selector = self.train_dataloader.sampler.selection.selector
+        # keep_evidence again here (it is idempotent): a subclass may have built the buffer its own way
+        if not keep_evidence(self.replay_buffer) and hasattr(selector, "beliefs"):
             logger.warning("%s: trainer.v1.sampler.custom_sampler %s is not a verl ReplayBuffer: the groups it drops "
                            "before a step ends (a filter's) never reach the %s selector, which keeps their prompts at "
-                           "their prior", TRAINER_NAME, type(self.replay_buffer).__name__,
-                           self.train_dataloader.sampler.selection.selector.name)
+                           "their prior", TRAINER_NAME, type(self.replay_buffer).__name__, selector.name)
         hints = getattr(self.train_dataloader.sampler, "hints", None)
         if hints is not None:
             hints.check_prompt_length(self.tokenizer, int(self.config.actor_rollout_ref.rollout.prompt_length),
