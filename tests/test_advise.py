@@ -210,6 +210,12 @@ def test_the_floor_is_read_from_an_audit_of_a_later_checkpoint(tmp_path, monkeyp
     # with --no-sim the simulation's options are said to be ignored
     quiet = advise(start, sim=False, boots=20, seeds=16, out_of_reach_from=later)
     assert "ignored with --no-sim (they shape the simulation only): --seeds, --out-of-reach-from" in quiet.warnings
+    # ... also where given at their default values; rho and training set the dense waste, so they are read
+    quiet = advise(start, sim=False, boots=20, seeds=4, close_gap=advise_module.SIM_CLOSE_GAP, out_of_reach=0.0)
+    assert "ignored with --no-sim (they shape the simulation only): --seeds, --close-gap, --out-of-reach" in quiet.warnings
+    dense = advise(start, sim=False, boots=20, rho=5.0)
+    assert not any("ignored" in w for w in dense.warnings) and dense.dense_waste["rho"] == 5.0
+    assert advise(start, sim=False, boots=20, training="sparse").dense_waste is None
     # bad later audits, one line each
     (tmp_path / "a-file.json").write_text("{}")
     other = write_audit(tmp_path / "other", [[1.0, 0.0] * 4] * 30, prefix="q")

@@ -32,7 +32,6 @@ never solve some (``out_of_reach``, ``out_of_reach_from`` give it a floor). The 
 from __future__ import annotations
 
 import argparse
-import inspect
 import io
 import json
 import math
@@ -651,12 +650,21 @@ def _sim_verdict(sim: dict[str, Any] | None, gate: list[dict[str, Any]], group_s
 
 
 def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float = 1.0, training: str = "dense",
-           pool: int | None = None, seeds: int = 4, boots: int = 100, sim: bool = True,
-           close_gap: float = SIM_CLOSE_GAP, seed: int = 0, oracle_every: int | None = None,
-           oracle_runs: int = ORACLE_RUNS, out_of_reach: float = 0.0, out_of_reach_from=None) -> Advice:
+           pool: int | None = None, seeds: int | None = None, boots: int = 100, sim: bool = True,
+           close_gap: float | None = None, seed: int = 0, oracle_every: int | None = None,
+           oracle_runs: int = ORACLE_RUNS, out_of_reach: float | None = None, out_of_reach_from=None) -> Advice:
     """Read an audit folder and say what curation could buy on its pool (module docstring; chapter 11).
     ``out_of_reach_from``: an audit of a later checkpoint on the same prompts, whose never-solved share is
-    taken as ``out_of_reach`` (:func:`never_solved_share`). Every option is checked before the audit is read."""
+    taken as ``out_of_reach`` (:func:`never_solved_share`). Every option is checked before the audit is read.
+    The simulation's own options (``seeds``, ``close_gap``, ``oracle_every``, ``out_of_reach`` and
+    ``out_of_reach_from``; None: 4, :data:`SIM_CLOSE_GAP`, exact pass rates, 0, none) are said to be ignored
+    where given with ``sim=False``, whatever their value; ``rho`` and ``training`` also set the gate's dense
+    waste (:func:`dense_waste`), so they are read with or without the simulation."""
+    sim_only = {"seeds": seeds, "close_gap": close_gap, "oracle_every": oracle_every, "out_of_reach": out_of_reach,
+                "out_of_reach_from": out_of_reach_from}
+    seeds = 4 if seeds is None else seeds
+    close_gap = SIM_CLOSE_GAP if close_gap is None else close_gap
+    out_of_reach = 0.0 if out_of_reach is None else out_of_reach
     _check_options(group_size, budget, rho, training, pool, seeds, boots, close_gap, oracle_every, oracle_runs,
                    out_of_reach)
     if out_of_reach_from is not None and out_of_reach:
@@ -671,11 +679,7 @@ def advise(audit_dir, group_size: int = 8, budget: int | None = None, rho: float
         out_of_reach, floor_note, floor_warnings = never_solved_share(audit_dir, out_of_reach_from)
         warnings += floor_warnings
     if not sim:
-        default = {k: p.default for k, p in inspect.signature(advise).parameters.items()}
-        asked = {"seeds": seeds, "close_gap": close_gap, "rho": rho, "training": training, "oracle_every": oracle_every,
-                 "out_of_reach": out_of_reach if out_of_reach_from is None else default["out_of_reach"],
-                 "out_of_reach_from": out_of_reach_from}
-        given = ["--" + k.replace("_", "-") for k, v in asked.items() if v != default[k]]
+        given = ["--" + k.replace("_", "-") for k, v in sim_only.items() if v is not None]
         if given:
             warnings.append(f"ignored with --no-sim (they shape the simulation only): {', '.join(given)}")
     if pool is None and load_pool(audit_dir).limit is not None:
@@ -934,11 +938,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "training the groups without signal costs (rho z / (1 + rho) of a step at the start) and sets "
                          "uniform GRPO that skips them against DAPO and GRESO; sparse: only rollouts with a non-zero "
                          "advantage are trained (this package's trainer)")
-    ap.add_argument("--seeds", type=int, default=4,
-                    help="paired seeds of the simulation (4: seconds, and what chapter 11's check of its predictions "
-                         "used; 8 or 16 narrow the intervals, in proportion to the time)")
-    ap.add_argument("--close-gap", type=float, default=SIM_CLOSE_GAP,
-                    help="the simulation's target: the start's held-out pass rate plus this share of its gap to 1")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="paired seeds of the simulation (default 4: seconds, and what chapter 11's check of its "
+                         "predictions used; 8 or 16 narrow the intervals, in proportion to the time)")
+    ap.add_argument("--close-gap", type=float, default=None,
+                    help=f"the simulation's target: the start's held-out pass rate plus this share of its gap to 1 "
+                         f"(default {SIM_CLOSE_GAP:g})")
     ap.add_argument("--boots", type=int, default=100, help="bootstrap refits of the distribution")
     ap.add_argument("--oracle-every", type=int, default=None, metavar="ROLLOUTS",
                     help="the oracles read pass rates sampled by an uncharged audit of the pool every ROLLOUTS "
@@ -949,7 +954,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-sim", action="store_true",
                     help="the fit and the gate only, no simulation (seconds: 2.5 s for 432 audited prompts); writes "
                          "advice_gate.json and advice_gate.png, leaving a full run's advice.json as it is")
-    ap.add_argument("--out-of-reach", type=float, default=0.0, metavar="SHARE",
+    ap.add_argument("--out-of-reach", type=float, default=None, metavar="SHARE",
                     help="the share of the pool, in [0, 1), the model will never learn (the prompts of lowest pass "
                          "rate stay where they start in the simulated world; default 0, every prompt within reach). "
                          "The starting audit cannot tell it; the share an audit of a later checkpoint still never "
