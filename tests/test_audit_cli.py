@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlcurate.audit.cli import main
-from rlcurate.audit.runner import RUNS_FILE
+from rlcurate.audit.runner import RUNS_FILE, AuditConfig
 
 NAME = "tiny-random"
 
@@ -98,6 +98,19 @@ def test_missing_out_and_model(capsys):
 
 def test_summarize_a_folder_that_is_not_an_audit(tmp_path, capsys):
     assert main(["--summarize", str(tmp_path)]) == 2
+    assert "not an audit folder" in capsys.readouterr().err
+
+
+def test_summarize_refuses_the_options_that_set_how_an_audit_runs(tmp_path, capsys):
+    """``--summarize DIR`` reads the audit as it was run: --runs (at its default value too) or a sampling option
+    is refused in one line naming them, before DIR is read; the summary's own options are accepted."""
+    assert main(["--summarize", str(tmp_path), "--runs", "8", "--temperature", "1.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--runs, --temperature set how an audit runs" in err, err
+    assert main(["--summarize", str(tmp_path), "--runs", str(AuditConfig(model="x").runs)]) == 2
+    assert "--runs set how an audit runs" in capsys.readouterr().err
+    assert main(["--summarize", str(tmp_path), "--extra-runs", "3", "--group-size", "4", "--no-plots",
+                 "--quiet"]) == 2
     assert "not an audit folder" in capsys.readouterr().err
 
 

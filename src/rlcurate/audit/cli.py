@@ -68,6 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+SUMMARY_OPTIONS = {"summarize", "extra_runs", "group_size", "no_plots", "quiet", "threads"}
+"""The options ``--summarize DIR`` reads; the others set how an audit runs."""
+
+
+def _given(argv: Sequence[str] | None) -> set[str]:
+    """The destinations of the options given on the command line (whatever their values)."""
+    probe = build_parser()
+    for action in probe._actions:
+        action.default = argparse.SUPPRESS
+    given, _ = probe.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    return set(vars(given))
+
+
 def _fail(parser: argparse.ArgumentParser, message: str) -> int:
     print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr)
     return 2
@@ -106,6 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.summarize:
         if args.out or args.model:
             return _fail(parser, "--summarize DIR takes no --out or --model")
+        running = sorted(_given(argv) - SUMMARY_OPTIONS)
+        if running:
+            return _fail(parser, f"--summarize DIR summarises the audit in DIR as it was run: "
+                                 f"{', '.join('--' + d.replace('_', '-') for d in running)} set how an audit runs; "
+                                 f"drop them, or audit again into another --out DIR")
         return _summarize(parser, args, args.summarize)
 
     if not args.out:
