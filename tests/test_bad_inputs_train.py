@@ -484,6 +484,22 @@ def test_every_prompt_too_long_is_refused(tmp_path, spread_policy):
         Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
 
 
+def test_more_prompts_a_step_than_the_pool_holds_is_refused_before_the_model_loads(tmp_path, spread_policy, capsys):
+    """``prompts_per_step`` beyond the training pool: the belief selectors raised a traceback at the first step
+    (they cannot choose that many distinct prompts), the others repeated prompts or took fewer without a word.
+    Refused before the run folder is made, and again once prompts too long are left out."""
+    _train_refused(capsys, tmp_path, ["strategy=insight", "prompts_per_step=3000"],
+                   "prompts_per_step=3000 is more than the 2304 training prompts of task 'arithmetic'",
+                   "lower prompts_per_step to 2304 or less")
+    _train_refused(capsys, tmp_path, ["prompts_per_step=2305"], "more than the 2304 training prompts")
+    model, tok, _ = spread_policy
+    task = _HugeQuestionTask(levels=["add2", "add3"], n_train=16, n_test=4)  # 33 prompts, "huge" too long
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", prompts_per_step=33))
+    with pytest.raises(UserError, match="more than the 32 training prompts of task 'arithmetic', after 1 longer "
+                                        "than max_prompt_tokens=4096 were left out"):
+        Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
+
+
 # ------------------------------------------------------------------------------ rlcurate runs
 def _suite(tmp_path, runs, **extra) -> Path:
     suite = {"name": "t", "base": str(TINY_CFG), "overrides": {"model": str(SPREAD), "steps": 1},

@@ -192,6 +192,24 @@ def train_subset(config: TrainConfig, problems) -> list:
     return kept
 
 
+def check_pool_size(config: TrainConfig, train_problems, left_out: int = 0) -> None:
+    """Refuse ``prompts_per_step`` beyond the training pool: a step's prompts are distinct for the belief
+    selectors (which could not choose them), and a step that repeats a prompt or takes fewer than asked is
+    not the run the config describes (a larger ``group_size`` is how a prompt gets more rollouts). Checked
+    before the model loads, and again after prompts longer than ``max_prompt_tokens`` are left out
+    (``left_out`` of them)."""
+    n = len(train_problems)
+    if config.prompts_per_step <= n:
+        return
+    subset = f" (train_subset={config.train_subset!r})" if config.train_subset else ""
+    longer = f", after {left_out} longer than max_prompt_tokens={config.max_prompt_tokens} were left out" \
+        if left_out else ""
+    raise UserError(f"prompts_per_step={config.prompts_per_step} is more than the {n} training prompts of task "
+                    f"{config.task!r}{subset}{longer}: a step takes each prompt at most once; lower "
+                    f"prompts_per_step to {n} or less (group_size={config.group_size} rollouts each), or train on "
+                    f"a larger pool")
+
+
 def check_device(config: TrainConfig) -> None:
     """Refuse ``device=cuda`` or ``dtype=bf16`` on a machine without CUDA, and ``dtype=bf16`` with ``device=cpu``
     anywhere, before any folder is made (torch is imported only for these two settings)."""
@@ -239,8 +257,8 @@ def preflight(config: TrainConfig, *, task=None, curator=None, check_model: bool
             check_task(task)
         except ValueError as exc:
             raise UserError(f"strategy {config.strategy!r} with task {config.task!r}: {exc}") from None
-    if config.train_subset:
-        train_subset(config, task.problems("train"))
+    check_pool_size(config, train_subset(config, task.problems("train")) if config.train_subset
+                    else task.problems("train"))
     if check_model:
         from rlcurate.models.hf import check_model_source
 

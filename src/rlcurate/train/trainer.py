@@ -263,6 +263,10 @@ class Trainer:
         if not self.train_problems:
             raise UserError(f"every training prompt of task {c.task!r} is longer than max_prompt_tokens="
                             f"{c.max_prompt_tokens} tokens; raise max_prompt_tokens (0: no limit)")
+        if long_train:
+            from rlcurate.train.preflight import check_pool_size
+
+            check_pool_size(c, self.train_problems, left_out=len(long_train))
 
     # ------------------------------------------------------------------ schedule
     def _lr_factor(self, step: int) -> float:
