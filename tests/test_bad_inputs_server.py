@@ -309,6 +309,8 @@ def test_an_audit_over_a_failing_server_keeps_what_it_finished(engine, tmp_path,
 @pytest.mark.parametrize("argv, needles", [
     (["trian"], ["rlcurate: error: unknown command 'trian' (did you mean 'train'?)", "strategies"]),
     (["--verbose"], ["rlcurate: error: unknown command '--verbose'", "see 'rlcurate --help'"]),
+    (["replay"], ["unknown command 'replay' (it is an option: rlcurate runs --suite SUITE --replay STEPS)"]),
+    (["summarize", "runs/a"], ["unknown command 'summarize' (it is an option: rlcurate audit --summarize DIR)"]),
     (["help", "audits"], ["unknown command 'audits' (did you mean 'audit'?)"]),
     (["strategies", "insigt"], ["rlcurate strategies: error: unknown strategy 'insigt' (did you mean 'insight'?)"]),
     (["strategies", "insight+ada_seq_balanced+dapo"], ["a composition has two parts, selector+sampler"]),
@@ -320,7 +322,8 @@ def test_an_audit_over_a_failing_server_keeps_what_it_finished(engine, tmp_path,
                                             "'responses'"]),
     (["audit", "--endpoint", "chat", "--model", "data/tiny/spread", "--out", "/nonexistent/x"],
      ["endpoint 'chat' needs backend 'openai'"]),
-], ids=["misspelt-command", "option-for-command", "help-misspelt", "unknown-strategy", "three-part-composition",
+], ids=["misspelt-command", "option-for-command", "replay-for-runs-option", "summarize-for-audit-option",
+         "help-misspelt", "unknown-strategy", "three-part-composition",
         "strategies-unknown-option", "serve-port-not-int", "train-misspelt-option", "audit-unknown-endpoint",
         "audit-chat-with-local-backend"])
 def test_cli_misuse_is_one_line(argv, needles, capsys):

@@ -313,6 +313,15 @@ COMMANDS = {
     "strategies": _strategies,
 }
 
+OPTIONS_OF_COMMANDS = {
+    "replay": "runs --suite SUITE --replay STEPS",
+    "summarize": "audit --summarize DIR",
+    "summarise": "audit --summarize DIR",
+    "sweep": "compare --suite SUITE --sweep",
+    "list": "runs --suite SUITE --list",
+}
+"""Words a user may take for commands that are options of one: the unknown-command line names the option."""
+
 
 def _close_progress_bars() -> None:
     """End any open tqdm bar's line, so that an error found mid-run starts a line of its own."""
@@ -348,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         import difflib
 
         close = difflib.get_close_matches(cmd, COMMANDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = (f" (it is an option: rlcurate {OPTIONS_OF_COMMANDS[cmd]})" if cmd in OPTIONS_OF_COMMANDS
+                else f" (did you mean {close[0]!r}?)" if close else "")
         print(f"rlcurate: error: unknown command {cmd!r}{hint}; commands: {', '.join(COMMANDS)}; "
               "see 'rlcurate --help'", file=sys.stderr)
         return 2
