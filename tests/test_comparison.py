@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlcurate.comparison import (area, at_budget, at_cost, choose_lr, compare_arms, coverage, detectable_difference,
-                                 grid_curve, holm, paired, sign_flip_p, sweep_table, to_target_values)
+                                 grid_curve, holm, paired, ratio_table, sign_flip_p, sweep_table, to_target_values)
 
 
 def run(name, seed, accs, step_rollouts=128, grid=256, lr=1e-4):
@@ -241,11 +241,20 @@ def test_compare_warns_of_a_budget_before_the_first_evaluation(capsys):
     repo = Path(__file__).resolve().parents[1]
     base = ["compare", "--suite", str(repo / "configs/suites/protocol_rho.yaml"), "--runs",
             str(repo / "data/runs/protocol_rho")]
-    assert main(base + ["--budget", "100"]) == 0
+    assert main(base + ["--budget", "100", "--measure", "area"]) == 0
     assert "warning: the budget 100 comes before the first evaluation after the start (2,560 in rollouts)" in \
         capsys.readouterr().out
-    assert main(base + ["--budget", "2560"]) == 0
+    assert main(base + ["--budget", "2560", "--measure", "area"]) == 0
     assert "comes before the first evaluation" not in capsys.readouterr().out
+    # the end point reads the first evaluation at or past the budget, a measurement: the header names it
+    assert main(base + ["--budget", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "comes before the first evaluation" not in out
+    assert out.startswith("final at 2,560 rollouts, the first evaluation at or past the budget 100;"), out
+    assert main(base + ["--budget", "2561"]) == 0
+    assert capsys.readouterr().out.startswith("final at 5,120 rollouts, the first evaluation at or past the budget 2561;")
+    assert main(base + ["--budget", "5120"]) == 0
+    assert capsys.readouterr().out.startswith("final at 5,120 rollouts; paired differences to uniform")
 
 
 def test_compare_refuses_a_currency_its_runs_do_not_count(capsys):
@@ -275,3 +284,93 @@ def test_compare_reads_rollouts_to_the_target_in_a_cost_currency(capsys):
     assert rows["dapo"][2:5] == ["0.66", "[0.47,", "0.92]"] and rows["greso"][6] == "0.066", rows
     assert "A/A control uniform_aa: its interval covers 1, as it should" in out
     assert main(argv) == 0 and "dapo                     8    1.37" in capsys.readouterr().out  # in rollouts
+
+
+def _protocol_copy(tmp_path, suite="protocol"):
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    runs = tmp_path / suite
+    shutil.copytree(repo / "data/runs" / suite, runs)
+    return ["compare", "--suite", str(repo / f"configs/suites/{suite}.yaml"), "--runs", str(runs)], runs
+
+
+def test_compare_refuses_a_result_under_another_name_than_its_own(tmp_path, capsys):
+    """A copy of a result (dapo_s3_old.json) replaced dapo seed 3 without a word, and a file named for one seed
+    holding another was paired as the seed it holds: each is refused, naming the file."""
+    import json
+
+    from rlcurate.cli import main
+
+    argv, runs = _protocol_copy(tmp_path)
+    held = json.loads((runs / "dapo_s3.json").read_text())
+    (runs / "dapo_s3_old.json").write_text(json.dumps(held))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "dapo_s3_old.json: holds run 'dapo' seed 3, whose result is dapo_s3.json (which is there too)" in err, err
+    (runs / "dapo_s3_old.json").unlink()
+    (runs / "dapo_s3.json").rename(runs / "dapo_s9.json")
+    assert main(argv) == 2
+    assert "dapo_s9.json: holds run 'dapo' seed 3, whose result is dapo_s3.json; move it" in capsys.readouterr().err
+
+
+def test_aa_controls_are_the_baselines_own_and_the_means_are_over_the_paired_seeds(tmp_path, capsys):
+    """The _aa arms are uniform with other prompt orders: controls of uniform only. With --baseline dapo they are
+    arms of the Holm family; --baseline uniform_aa, which crashed, is an ordinary baseline. The mean column is over
+    the seeds paired with the baseline (it was over all of an arm's seeds, beside a difference over fewer)."""
+    import json
+
+    from rlcurate.cli import main
+
+    argv, runs = _protocol_copy(tmp_path)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(Holm across the 9 arm(s) that are not A/A controls)" in out
+    assert "A/A controls uniform_aa, uniform_order2_aa: each interval" in out or "warning: the interval of the A/A" in out
+    assert main(argv + ["--baseline", "dapo"]) == 0
+    out = capsys.readouterr().out
+    assert not any(line.endswith("(control)") for line in out.splitlines()) and "A/A control uniform" not in out
+    assert "(Holm across the 11 arm(s)" in out
+    assert main(argv + ["--baseline", "uniform_aa"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:] if line[:1].isalpha()}
+    assert "uniform" in rows and rows["uniform"][1] == "8"
+    # an extra seed of dapo, outside the baseline's: its mean stays that of the 8 paired seeds
+    before = next(line for line in (main(argv), capsys.readouterr().out)[1].splitlines() if line.startswith("dapo "))
+    extra = json.loads((runs / "dapo_s3.json").read_text())
+    extra["seed"] = extra["config"]["seed"] = 9
+    for m in extra["metrics"]:
+        if "eval/accuracy" in m:
+            m["eval/accuracy"] = 1.0
+    (runs / "dapo_s9.json").write_text(json.dumps(extra))
+    assert main(argv) == 0
+    after = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("dapo "))
+    assert after == before, (before, after)
+
+
+def test_rollouts_to_the_target_are_censored_at_the_budget_and_an_unfinished_run_is_refused(tmp_path, capsys):
+    """--measure to_target --budget B: a run that reaches the target after B is censored at B (it counted as
+    reached, uncensored, so a budget of 3,000 gave every arm a ratio of 1.00 and nothing censored). A run that
+    stopped before its max_rollouts without reaching the target is refused, not counted as never reaching it."""
+    import json
+
+    from rlcurate.cli import main
+
+    values = {"uniform": {0: 1000.0, 1: 2000.0, 2: 4000.0}, "b": {0: 800.0, 1: 5000.0, 2: math.inf}}
+    table = ratio_table(values, "uniform", budget=3000.0, controls=[])
+    assert table["b"].censored == 2  # seed 1 (5,000 > 3,000) and seed 2 (never; uniform's 4,000 is past it too)
+    assert table["b"].ratio == pytest.approx(math.exp(np.mean(np.log([0.8, 1.5, 1.0]))))
+    argv, runs = _protocol_copy(tmp_path, "curation_pays")
+    argv += ["--measure", "to_target"]
+    assert main(argv + ["--budget", "3000"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(("dapo ", "greso "))]
+    assert all(int(r[-1]) > 0 for r in rows), rows
+    assert main(argv + ["--currency", "steps"]) == 0
+    assert "rho" not in capsys.readouterr().out.splitlines()[0]
+    # a run cut short: knapsack seed 2 kept to 2,560 rollouts (and, for the test, never at the target)
+    r = json.loads((runs / "knapsack_s2.json").read_text())
+    r["metrics"] = [dict(m, **({"eval/accuracy": 0.0} if "eval/accuracy" in m and m.get("step") else {}))
+                    for m in r["metrics"] if m.get("total/rollouts", 0) <= 2560]
+    (runs / "knapsack_s2.json").write_text(json.dumps(r))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "run 'knapsack' seed 2 stopped at 2560 rollouts" in err and "before its end (max_rollouts" in err, err

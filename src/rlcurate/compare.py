@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 
 from rlcurate._help import ArgumentParser, HelpFormatter, wrap
-from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, cost, endpoint_values, ratio_table,
-                                 spent_at, sweep_table, to_target_values)
+from rlcurate.comparison import (CURRENCIES, aa_controls, choose_lr, compare_arms, cost, endpoint_values, grid_curve,
+                                 ratio_table, spent_at, sweep_table, to_target_values)
 from rlcurate.errors import UserError
 from rlcurate.experiments import _find, check_current, default_out, load_results, load_suite
 
@@ -36,7 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--baseline", default="uniform", help="the arm every other arm is compared with")
     p.add_argument("--control", action="append",
                    help="an A/A control arm, compared with the baseline outside the Holm family (repeatable; "
-                        "default: every arm whose name ends in _aa)")
+                        "replaces the default: every arm named BASELINE_..._aa, such as uniform_aa and "
+                        "uniform_order2_aa for the baseline uniform)")
     p.add_argument("--measure", default="final", choices=["final", "area", "cost", "to_target"],
                    help="accuracy at the budget, area under the curve, accuracy at a budget in --currency, or the "
                         "rollouts to the target the suite's endpoint declares (chapter 11: paired ratios)")
@@ -133,7 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "endpoint" not in suite or suite["endpoint"]["primary"] != "rollouts_to_target":
             raise UserError(f"--measure to_target: suite {args.suite} declares no rollouts_to_target endpoint "
                             "(an 'endpoint:' key with close_gap or target)")
-        values = to_target_values(results, suite["endpoint"], currency=args.currency, rho=args.rho)
+        try:
+            values = to_target_values(results, suite["endpoint"], currency=args.currency, rho=args.rho)
+        except ValueError as exc:  # a run that stopped before its end without reaching the target
+            raise UserError(f"--measure to_target: {exc}") from None
     else:
         try:
             values = endpoint_values(results, args.measure, budget, args.currency, args.rho)
@@ -155,16 +159,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"not in the table, seeds finished of {args.baseline}'s {len(base_seeds)}: "
               + ", ".join(f"{arm} {n}" for arm, n in pending.items()))
         values = {arm: v for arm, v in values.items() if arm not in pending}
+    missing = sorted({int(x) for x in suite["seeds"]} - base_seeds)
+    if missing and len(base_seeds) >= 2:
+        print(f"the baseline {args.baseline} has {len(base_seeds)} of the suite's {len(suite['seeds'])} seeds (not "
+              f"{', '.join(map(str, missing))}): every arm is paired over those")
     if len(base_seeds) < 2:
         raise UserError(f"--baseline {args.baseline!r} has {len(base_seeds)} finished seed(s); a paired comparison "
                         f"needs 2 or more (rlcurate runs --suite {args.suite} makes them)")
-    controls = args.control if args.control is not None else aa_controls(values)
+    controls = args.control if args.control is not None else aa_controls(values, args.baseline)
+    family = len([a for a in values if a != args.baseline and a not in controls])
     if args.measure == "to_target":
         ratios = ratio_table(values, args.baseline, budget=budget, controls=controls)
         end = suite["endpoint"]
         goal = f"accuracy {end['target']:g}" if "target" in end else f"the start accuracy + {end['close_gap']:g} of its gap to 1"
-        spent = "rollouts" if args.currency == "rollouts" else (
-            f"{args.currency} ({CURRENCIES[args.currency]}, rho {args.rho:g})")
+        rho = f", rho {args.rho:g}" if args.currency.startswith("cost_") else ""
+        spent = "rollouts" if args.currency == "rollouts" else f"{args.currency} ({CURRENCIES[args.currency]}{rho})"
         print(f"{spent} until {goal}; paired ratios to {args.baseline} (a run that never reaches it counts at "
               f"{budget:,.0f}{spent_note})")
         print(f"{'arm':<20}{'seeds':>6}{'ratio':>8}{'95% interval':>18}{'p (t)':>8}{'p (Holm)':>10}{'saves at most':>15}"
@@ -173,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
             print(f"{arm:<20}{r.n:>6}{r.ratio:>8.2f}{f'[{r.low:.2f}, {r.high:.2f}]':>18}{r.p_t:>8.3f}{holm}"
                   f"{r.saving_text:>15}{r.censored:>10d}")
+        print(f"(Holm across the {family} arm(s) that are not A/A controls; saves at most: 1 - the one-sided 95% "
+              f"lower bound of the ratio, the largest saving the data do not exclude)")
         _control_note({a: not r.covers_one for a, r in ratios.items() if a in controls}, null="1")
         _plot(args, {a: r for a, r in ratios.items() if a != args.baseline}, results, controls, suite, ratio=True)
         return 0
@@ -181,16 +192,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         rho = f", rho {args.rho:g}" if args.currency.startswith("cost_") else ""
         print(f"accuracy at {args.currency} {budget:,.0f} ({CURRENCIES[args.currency]}{rho}){spent_note}; paired "
               f"differences to {args.baseline}")
+    elif args.measure == "final":
+        grids = [grid_curve(r).grid for r in results if r["seed"] in values.get(r["run"], {})]
+        read = sorted({float(g[g >= budget][0]) for g in grids})  # at_budget's reading
+        at = f"{budget:,.0f} rollouts" if read == [budget] else (
+            f"{', '.join(f'{g:,.0f}' for g in read)} rollouts, the first evaluation at or past the budget "
+            f"{_amount(budget)}")
+        print(f"final at {at}; paired differences to {args.baseline}")
     else:
         print(f"{args.measure} at {budget:,.0f} rollouts; paired differences to {args.baseline}")
-    _early_note(results, args, budget)
+    if args.measure != "final":  # the end point reads an evaluation; area and cost interpolate between them
+        _early_note(results, args, budget)
     print(f"{'arm':<20}{'seeds':>6}{'mean':>8}{'diff':>9}{'95% interval':>20}{'p (t)':>8}{'p (sign)':>10}{'p (Holm)':>10}")
     base = values[args.baseline]
     print(f"{args.baseline:<20}{len(base):>6}{np.mean(list(base.values())):>8.3f}")
     for arm, r in table.items():
         holm = f"{r.p_holm:>10.3f}" if arm not in controls else f"{'(control)':>10}"
-        print(f"{arm:<20}{r.n:>6}{np.mean(list(values[arm].values())):>8.3f}{r.mean:>+9.3f}"
+        mean = np.mean([v for seed, v in values[arm].items() if seed in base])  # over the paired seeds
+        print(f"{arm:<20}{r.n:>6}{mean:>8.3f}{r.mean:>+9.3f}"
               f"{f'[{r.low:+.3f}, {r.high:+.3f}]':>20}{r.p_t:>8.3f}{r.p_sign_flip:>10.3f}{holm}")
+    print(f"(Holm across the {family} arm(s) that are not A/A controls)")
     _control_note({a: not r.covers_zero for a, r in table.items() if a in controls})
     _plot(args, table, results, controls, suite)
     return 0
@@ -216,7 +237,8 @@ def _control_note(failed: dict[str, bool], null: str = "zero") -> None:
               f"baseline only in prompt order: the seeds vary more than the intervals assume, so a {what} of that size "
               f"in any arm is not evidence; add seeds or model the order (chapter 10)")
     elif failed:
-        print(f"A/A control {', '.join(failed)}: its interval covers {null}, as it should")
+        print(f"A/A control{'s' if len(failed) > 1 else ''} {', '.join(failed)}: "
+              f"{'each interval covers' if len(failed) > 1 else 'its interval covers'} {null}, as it should")
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")

@@ -17,7 +17,7 @@ implements, and the reasons for each step:
    the arms share; :func:`paired` gives the mean difference, a t interval (its coverage is checked on
    synthetic curves by :func:`coverage`), an exact sign-flip p-value, the t-test p-value and, across
    arms, Holm's adjustment (:func:`holm`).
-4. **An A/A control**: uniform against uniform with an independent prompt order (``order_seed``).
+4. **An A/A control**: uniform against uniform with an independent prompt order (``order_offset``).
    Its interval must cover 0, else the protocol, not a strategy, is broken.
 5. **Power**: :func:`detectable_difference` is the smallest true difference the design finds with
    probability 0.8 at the adjusted level.
@@ -85,7 +85,7 @@ def at_budget(curve: GridCurve, budget: float) -> float:
     """The metric at the first grid point at or past ``budget`` (the end point of the comparison)."""
     hit = np.flatnonzero(curve.grid >= budget)
     if not hit.size:
-        raise ValueError(f"the run was not read at a budget of {budget} (its last grid point is {curve.grid[-1]:g})")
+        raise ValueError(f"it was not read at a budget of {budget:g} (its last grid point is {curve.grid[-1]:g})")
     return float(curve.value[hit[0]])
 
 
@@ -109,7 +109,8 @@ def area(curve: GridCurve, budget: float) -> float:
     if x.size and x[-1] < budget and curve.grid[-1] > budget:
         x, y = np.append(x, budget), np.append(y, np.interp(budget, curve.grid, curve.value))
     if x.size < 2 or x[-1] < budget:
-        raise ValueError(f"the run's grid does not reach the budget {budget}")
+        raise ValueError(f"its grid does not reach the budget {budget:g} (its last grid point is "
+                         f"{curve.grid[-1]:g})")
     return curve_mean(x, y)
 
 
@@ -242,9 +243,12 @@ def paired(values: Mapping[str, Mapping[int, float]], baseline: str, level: floa
     return {a: Paired(**{**r.__dict__, "p_holm": adjusted[a]}) for a, r in out.items()}
 
 
-def aa_controls(arms) -> list[str]:
-    """The A/A control arms of a suite by the naming rule of its files: names ending in ``_aa``."""
-    return [a for a in arms if a.endswith("_aa")]
+def aa_controls(arms, baseline: str | None = None) -> list[str]:
+    """The A/A control arms of a suite by the naming rule of its files: names ending in ``_aa`` and, given the
+    ``baseline``, starting with its name and an underscore (``uniform_aa``, ``uniform_order2_aa`` for
+    ``uniform``): an A/A arm is the baseline's config with another prompt order, so it controls only its own
+    baseline; against another baseline it is an arm like the others."""
+    return [a for a in arms if a.endswith("_aa") and (baseline is None or a.startswith(baseline + "_"))]
 
 
 def compare_arms(values: Mapping[str, Mapping[int, float]], baseline: str = "uniform",
@@ -252,9 +256,9 @@ def compare_arms(values: Mapping[str, Mapping[int, float]], baseline: str = "uni
     """The table of a suite (chapter 10): :func:`paired` over every arm but the ``controls``, with Holm's
     adjustment across those arms, then each control (an A/A arm) paired with the baseline on its own,
     outside the family (its ``p_holm`` is its unadjusted p-value). ``controls`` defaults to the arms
-    whose name ends in ``_aa``; controls without runs are skipped."""
+    of the baseline (:func:`aa_controls`); controls without runs are skipped."""
     if controls is None:
-        controls = aa_controls(values)
+        controls = aa_controls(values, baseline)
     family = {a: v for a, v in values.items() if a not in controls}
     if baseline not in family:
         raise ValueError(f"the baseline {baseline!r} has no values; arms: {', '.join(values)}")
@@ -384,10 +388,11 @@ def endpoint_values(results: Sequence[Mapping[str, Any]], measure: str, budget: 
     under the curve (``"area"``), or its accuracy at ``budget`` in another ``currency`` (``"cost"``)."""
     out: dict[str, dict[int, float]] = {}
     for r in results:
-        if measure == "final":
-            v = at_budget(grid_curve(r), budget)
-        elif measure == "area":
-            v = area(grid_curve(r), budget)
+        if measure in ("final", "area"):
+            try:
+                v = (at_budget if measure == "final" else area)(grid_curve(r), budget)
+            except ValueError as exc:
+                raise ValueError(f"run {r['run']!r} seed {r['seed']}: {exc}") from None
         elif measure == "cost":
             v = at_cost(r, currency, budget, rho)
         else:
@@ -439,9 +444,26 @@ def to_target_values(results: Sequence[Mapping[str, Any]], endpoint: Mapping[str
         spent = c.rollouts
         if currency != "rollouts":
             spent = _spent(r, [m for m in _evals(r, key) if "eval/grid" in m], currency, rho)
-        out.setdefault(r["run"], {})[int(r["seed"])] = rollouts_to_target(spent, c.value,
-                                                                           target_of(c.value[0], endpoint))
+        value = rollouts_to_target(spent, c.value, target_of(c.value[0], endpoint))
+        if math.isinf(value):
+            _check_finished(r)
+        out.setdefault(r["run"], {})[int(r["seed"])] = value
     return out
+
+
+def _check_finished(result: Mapping[str, Any]) -> None:
+    """Refuse a run that stopped before its end (its ``max_rollouts`` or ``steps``): one that never reached the
+    target there would be counted as never reaching it, though it was not given the budget."""
+    config, metrics = result.get("config") or {}, result["metrics"]
+    rollouts = max((m.get("total/rollouts", 0) for m in metrics), default=0)
+    step = max((m.get("step", 0) for m in metrics), default=0)
+    cap, steps = config.get("max_rollouts"), config.get("steps")
+    if (cap and rollouts >= cap) or (steps and step >= steps) or not (cap or steps):
+        return
+    end = f"max_rollouts {cap:g}" if cap else f"{steps} steps"
+    raise ValueError(f"run {result.get('run')!r} seed {result.get('seed')!r} stopped at {rollouts:g} rollouts (step "
+                     f"{step}), before its end ({end}), without reaching the target: it cannot count as never "
+                     f"reaching it; finish it (rlcurate runs resumes it) or remove it")
 
 
 @dataclass(frozen=True)
@@ -490,10 +512,10 @@ def ratio_table(values: Mapping[str, Mapping[int, float]], baseline: str = "unif
     """Paired ratios of rollouts to a target, arm over ``baseline`` (chapter 11): per seed
     log(arm / baseline), a t interval, Holm across the arms that are not ``controls`` (A/A arms, each
     on its own), a one-sided bound on the saving and, for arms in ``published`` (arm: the ratio its paper
-    reports, e.g. 0.5 for "twice as fast"), the one-sided test against it. A value of ``inf`` (target
-    never reached) counts as ``budget``."""
+    reports, e.g. 0.5 for "twice as fast"), the one-sided test against it. A value past ``budget`` (``inf``:
+    the target never reached) counts as ``budget`` and is censored."""
     if controls is None:
-        controls = aa_controls(values)
+        controls = aa_controls(values, baseline)
     logs: dict[str, dict[int, float]] = {}
     censored: dict[str, dict[int, bool]] = {}
     for arm, by_seed in values.items():
@@ -502,7 +524,7 @@ def ratio_table(values: Mapping[str, Mapping[int, float]], baseline: str = "unif
             v = float(v)
             if not v > 0:
                 raise ValueError(f"arm {arm!r} seed {s}: rollouts to the target must be positive, got {v}")
-            censored[arm][s] = not math.isfinite(v)
+            censored[arm][s] = not v <= budget
             logs[arm][s] = math.log(min(v, budget))
             if not math.isfinite(logs[arm][s]):
                 raise ValueError(f"arm {arm!r} seed {s}: never reached the target and no finite budget was given")

@@ -370,6 +370,11 @@ def load_results(out: str | Path, suite: str | None = None) -> list[dict[str, An
         if suite is not None and r["suite"] != suite:
             raise UserError(f"{f}: a run of suite {r['suite']!r}, not of {suite!r}: read each suite's runs from "
                             f"its own folder (data/runs/{suite})")
+        named = result_path(f.parent, r["run"], r["seed"])
+        if f.name != named.name:  # a copy or a renamed file would pair as the run it holds, or replace it
+            held = " (which is there too)" if named.exists() else ""
+            raise UserError(f"{f}: holds run {r['run']!r} seed {r['seed']}, whose result is {named.name}{held}; "
+                            f"move it out of the folder, or rename it if it is that run's only result")
         results.append(r)
     return sorted(results, key=lambda r: (r["run"], r["seed"]))
 
