@@ -500,6 +500,19 @@ def test_more_prompts_a_step_than_the_pool_holds_is_refused_before_the_model_loa
         Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
 
 
+def test_a_half_written_checkpoint_alone_is_removed_with_a_warning_that_says_so(tmp_path, spread_policy, caplog):
+    """A run that failed while writing its first checkpoint leaves checkpoint.tmp and nothing to resume; the same
+    command (resume=true) starts from step 0 and says it removed that, not that "resume=false" did."""
+    model, tok, task = spread_policy
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", steps=1))
+    (tmp_path / "run" / "checkpoint.tmp").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="rlcurate.train.trainer"):
+        tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task)
+    assert tr.step == 0 and not (tmp_path / "run" / "checkpoint.tmp").exists()
+    assert "no complete checkpoint to resume from; removed checkpoint.tmp" in caplog.text, caplog.text
+    assert "resume=false" not in caplog.text
+
+
 # ------------------------------------------------------------------------------ rlcurate runs
 def _suite(tmp_path, runs, **extra) -> Path:
     suite = {"name": "t", "base": str(TINY_CFG), "overrides": {"model": str(SPREAD), "steps": 1},

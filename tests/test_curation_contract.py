@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import rlcurate.curation as package
@@ -174,7 +175,7 @@ BROKEN = {
 
             def build(self):
                 return Curator(IntKeyed(), Sampler(), name=self.name)
-        """, r"resuming from its state_dict after a JSON round trip fails \(IndexError: .*store it as rows"),
+        """, r"state_dict\['visits'\]\[0\] does not come back the same from JSON .*store int-keyed maps as rows"),
     "uncharged": ("""
         from dataclasses import dataclass
         from rlcurate.curation.base import Curator, Sampler, Selector
@@ -332,7 +333,7 @@ def test_a_parts_mistake_is_named_where_it_is_made():
     """Mistakes a strategy's author makes are named at the hook that made them: a selector returning floats or an
     index outside the pool, a sampler returning something other than Groups, and an observe that changes the
     rewards (which would otherwise be logged and learnt from as if scored; the metrics are taken before observe)."""
-    from rlcurate.curation.base import Curator, Sampler, Selector
+    from rlcurate.curation.base import Curator, Processor, Sampler, Selector, StrategyError
     from rlcurate.sim.bridge import SimTrainer
     from rlcurate.sim.world import SoftmaxWorld
 
@@ -361,12 +362,58 @@ def test_a_parts_mistake_is_named_where_it_is_made():
             for g in groups:
                 g.rewards *= 0
 
+    class Behind(Selector):  # more() is DAPO's refill: its indices are checked as select's
+        name = "behind"
+
+        def more(self, ctx, k):
+            return [-1] * k
+
+    class Dropper(Processor):  # a refill of every step: DAPO keeps only mixed groups and asks for more
+        name = "dropper"
+
+        def process(self, ctx, groups):
+            ctx.more_prompts(1)
+            return groups
+
+    class NoReturn(Processor):
+        name = "no_return"
+
+        def process(self, ctx, groups):
+            groups.sort(key=lambda g: g.size)  # sorted in place, and nothing returned
+
+    class Inverse(Processor):
+        name = "inverse"
+
+        def process(self, ctx, groups):
+            for g in groups:
+                g.weight = 1 / g.rewards.mean() if g.rewards.mean() else float("inf")  # all wrong: infinite
+            return groups
+
+    class IntKeys(Selector):  # its state comes back from a checkpoint with string keys
+        name = "int_keys"
+
+        def state_dict(self):
+            return {**super().state_dict(), "seen": {3: 1}}
+
+    class Arrays(Selector):  # an array: the first checkpoint, after its steps, would fail
+        name = "arrays"
+
+        def state_dict(self):
+            return {"order": np.arange(3)}
+
     world = SoftmaxWorld.make(n_prompts=40, seed=0)
-    for curator, error, needle in ((Curator(Floats()), TypeError, "selector 'floats': select must return pool indices"),
-                                   (Curator(Outside()), IndexError, "returned index 10000, outside the pool of"),
-                                   (Curator(sampler=Lists()), TypeError, "sampler 'lists': rollout must return a list"),
-                                   (Curator(Zeroes()), RuntimeError, "observe changed the rewards")):
-        with pytest.raises(error, match=needle):
+    for curator, needle in ((Curator(Floats()), "selector 'floats': select must return pool indices"),
+                            (Curator(Outside()), "returned index 10000, outside the pool of"),
+                            (Curator(sampler=Lists()), "sampler 'lists': rollout must return a list"),
+                            (Curator(Zeroes()), "observe changed the rewards"),
+                            (Curator(Behind(), processors=[Dropper()]), "selector 'behind': more returned index -1"),
+                            (Curator(processors=[NoReturn()]), "processor 'no_return': process must return a list"),
+                            (Curator(processors=[Inverse()]), "processor 'inverse': the group of prompt .* has weight "
+                                                              "inf; a group's weight must be finite"),
+                            (Curator(IntKeys()), r"IntKeys 'int_keys': state_dict\['seen'\]\[3\] does not come back "
+                                                 "the same from JSON"),
+                            (Curator(Arrays()), "Arrays 'arrays': state_dict cannot be stored as JSON")):
+        with pytest.raises(StrategyError, match=needle):
             SimTrainer(world, curator, prompts_per_step=4, group_size=4, seed=0).run(1)
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from rlcurate.errors import UserError
 from rlcurate.seeding import generation_seed, named_stream, stream
 from rlcurate.stats.advantages import centred, pool_advantages, rloo, standardised
 from rlcurate.stats.gate import is_mixed
@@ -458,6 +459,12 @@ class Processor(Part):
         return groups
 
 
+class StrategyError(UserError):
+    """A part of a strategy broke the contract of ``rlcurate/curation/README.md`` (indices outside the pool,
+    something other than Groups, a weight that is not finite, rewards changed in ``observe``, state that JSON
+    does not keep): one line naming the part, on the command line as any bad input."""
+
+
 class Curator:
     """A selector, a sampler and processors, composed (see the module docstring)."""
 
@@ -468,6 +475,7 @@ class Curator:
         self.processors = list(processors)
         self.name = name or "+".join([self.selector.name, self.sampler.name] + [p.name for p in self.processors])
         self._n_items: int | None = None
+        self.state_checked = False  # check_state ran (after the first step this process runs)
 
     def bind(self, n_items: int, seed: int) -> None:
         self._n_items = int(n_items)
@@ -477,35 +485,46 @@ class Curator:
                 part.bind(n_items, seed)
 
     def select(self, ctx: StepContext) -> list[int]:
-        ctx._more_prompts = functools.partial(self.selector.more, ctx)
+        ctx._more_prompts = self._more(ctx)
         return self._checked_indices(self.selector.select(ctx, ctx.prompts_per_step))
 
+    def _more(self, ctx: StepContext) -> Callable[[int], list[int]]:
+        """``ctx.more_prompts``: the selector's :meth:`Selector.more`, its indices checked as :meth:`select`'s."""
+        return lambda k: self._checked_indices(self.selector.more(ctx, k), "more")
+
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
-        ctx._more_prompts = functools.partial(self.selector.more, ctx)
+        ctx._more_prompts = self._more(ctx)
         groups = self.sampler.rollout(ctx, indices)
         if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
             bad = groups if not isinstance(groups, list) else next(g for g in groups if not isinstance(g, Group))
-            raise TypeError(f"sampler {self.sampler.name!r}: rollout must return a list of Group (what ctx.generate "
+            raise StrategyError(f"sampler {self.sampler.name!r}: rollout must return a list of Group (what ctx.generate "
                             f"returns), got {type(bad).__name__} {str(bad)[:60]}")
         return groups
 
-    def _checked_indices(self, picked) -> list[int]:
+    def _checked_indices(self, picked, method: str = "select") -> list[int]:
         """The selector's prompts as Python ints in the pool: a float, a bool or an index outside the pool is the
         selector's mistake, named here rather than met later as an IndexError in rendering."""
         out = []
         for i in list(picked):
             if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-                raise TypeError(f"selector {self.selector.name!r}: select must return pool indices (ints), got "
+                raise StrategyError(f"selector {self.selector.name!r}: {method} must return pool indices (ints), got "
                                 f"{type(i).__name__} {i!r}")
             if self._n_items is not None and not 0 <= int(i) < self._n_items:
-                raise IndexError(f"selector {self.selector.name!r}: select returned index {int(i)}, outside the pool "
-                                 f"of {self._n_items} prompts")
+                raise StrategyError(f"selector {self.selector.name!r}: {method} returned index {int(i)}, outside the "
+                                 f"pool of {self._n_items} prompts")
             out.append(int(i))
         return out
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
         for p in self.processors:
             groups = p.process(ctx, groups)
+            if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
+                raise StrategyError(f"processor {p.name!r}: process must return a list of Group, got "
+                                f"{type(groups).__name__}")
+            bad = next((g for g in groups if not np.isfinite(g.weight)), None)
+            if bad is not None:  # the loss, the gradient and then every weight of the model would be NaN
+                raise StrategyError(f"processor {p.name!r}: the group of prompt {bad.problem.uid!r} has weight "
+                                 f"{float(bad.weight)!r}; a group's weight must be finite")
         return groups
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
@@ -522,6 +541,29 @@ class Curator:
     def state_dict(self) -> dict[str, Any]:
         return {"selector": self.selector.state_dict(), **self.rollout_state_dict()}
 
+    def check_state(self) -> None:
+        """Raise :class:`StrategyError` where a part's :meth:`Part.state_dict` does not come back the same through JSON,
+        which is how a checkpoint stores it: a value JSON cannot hold (an array, a set) fails only when the first
+        checkpoint is written, after its steps; an int-keyed map comes back with string keys, so a resumed run
+        continues from other state without a word. The trainer calls it after its first step."""
+        import json
+
+        self.state_checked = True
+        for part in [self.selector, self.sampler, *self.processors]:
+            state = part.state_dict()
+            try:
+                back = json.loads(json.dumps(state, allow_nan=True))
+            except (TypeError, ValueError) as exc:
+                raise StrategyError(f"{type(part).__name__} {part.name!r}: state_dict cannot be stored as JSON ({exc}); "
+                                 f"keep lists, dicts with string keys, numbers and strings "
+                                 f"(rlcurate/curation/README.md)") from None
+            where = _json_difference(state, back)
+            if where is not None:
+                raise StrategyError(f"{type(part).__name__} {part.name!r}: state_dict{where} does not come back the "
+                                 f"same from JSON (int keys become strings): a resumed run would "
+                                 f"continue from other state; store int-keyed maps as rows "
+                                 f"(rlcurate/curation/README.md)")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
         self.load_rollout_state_dict(state)
@@ -535,3 +577,24 @@ class Curator:
         self.sampler.load_state_dict(state["sampler"])
         for p, s in zip(self.processors, state["processors"]):
             p.load_state_dict(s)
+
+
+def _json_difference(value, back, path: str = "") -> str | None:
+    """The first place (``["key"][0]``) where ``back``, ``value`` read back from JSON, differs from it; None
+    where they are the same (floats compared as numbers, NaN equal to NaN)."""
+    if isinstance(value, dict):
+        if not isinstance(back, dict) or list(value) != list(back):
+            key = next((k for k in value if not isinstance(k, str)), None)
+            return f"{path}[{key!r}]" if key is not None else path
+        return next((d for k in value if (d := _json_difference(value[k], back[k], f"{path}[{k!r}]")) is not None),
+                    None)
+    if isinstance(value, (list, tuple)):
+        if not isinstance(back, list) or len(value) != len(back):  # a tuple comes back a list, which loads alike
+            return path
+        return next((d for i, (a, b) in enumerate(zip(value, back))
+                     if (d := _json_difference(a, b, f"{path}[{i}]")) is not None), None)
+    if isinstance(value, float) and isinstance(back, float) and value != value and back != back:
+        return None
+    return None if value == back and type(value) is type(back) or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value == back) else path
+

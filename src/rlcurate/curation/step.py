@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlcurate.curation.base import Curator, Group, StepContext, StepCounters, group_advantages
+from rlcurate.curation.base import Curator, Group, StepContext, StepCounters, StrategyError, group_advantages
 from rlcurate.stats.gate import outcome_shares
 
 if TYPE_CHECKING:
@@ -87,9 +87,11 @@ def run_step(curator: Curator, ctx: StepContext, policy: "Policy", advantage: st
     curator.observe(ctx, trained)
     changed = next((g for g, r in zip(sampled, rewards) if not np.array_equal(g.rewards, r, equal_nan=True)), None)
     if changed is not None:  # the logs, the advantages and the next steps would read rewards that were not scored
-        raise RuntimeError(f"curator {curator.name!r}: observe changed the rewards of the group of prompt "
+        raise StrategyError(f"curator {curator.name!r}: observe changed the rewards of the group of prompt "
                            f"{changed.problem.uid!r}; observe reads the step's groups and writes none "
                            f"(rlcurate/curation/README.md)")
+    if not curator.state_checked:  # at the first step, not at the first checkpoint after it
+        curator.check_state()
     return StepOutcome(sampled, trained, advantages, update, ctx.counters, t1 - t0, time.perf_counter() - t1,
                        nonfinite, metrics)
 

@@ -227,8 +227,11 @@ class Trainer:
                  if (self.out / name).exists()]
         for path in stale:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-        if stale:
+        if stale and not self.config.resume:
             log.warning("%s: a fresh run (resume=false) removed the checkpoint of an earlier run there", self.out)
+        elif stale:  # resume=true found only a checkpoint that was never completed
+            log.warning("%s: no complete checkpoint to resume from; removed %s, which an earlier run left "
+                        "half-written, and started from step 0", self.out, ", ".join(p.name for p in stale))
 
     def _select_problems(self, task) -> None:
         """The prompt-length guard: training and held-out problems whose prompt has more than
