@@ -122,6 +122,32 @@ def test_strategy_kwarg_value_the_strategy_rejects(capsys, tmp_path):
                    "correction must be one of none, inverse_p, inverse_sqrt_p, got 'bogus'")
 
 
+def test_a_bool_option_given_a_string_is_refused_and_a_whole_float_is_an_int(capsys, tmp_path):
+    """hybrid="false" is a non-empty string, true to Python: it switched Ada-Est's hybrid rule on (so did every
+    bool option of every strategy). A whole float for an int option (an author's own, unchecked) reached the
+    strategy's arithmetic as a float; it is now the int it stands for."""
+    from rlcurate.curation import build_curator
+
+    _train_refused(capsys, tmp_path, ["strategy=ada_est", 'strategy_kwargs={hybrid: "false"}'],
+                   "strategy 'ada_est'", "hybrid must be true or false, got 'false'")
+    assert build_curator("ada_est", hybrid=False).sampler.hybrid is False
+    n_min = build_curator("ada_est", n_min=3.0).sampler.n_min
+    assert n_min == 3 and type(n_min) is int
+
+
+def test_a_strategy_name_with_a_plus_cannot_be_registered():
+    """``a+b`` composes two strategies, so a strategy named near+half was listed and then could not be used."""
+    from dataclasses import dataclass
+
+    from rlcurate.curation.registry import StrategyConfig, register
+
+    with pytest.raises(TypeError, match=r"register\('near\+half'\): a strategy's name is a word without '\+'"):
+        @register("near+half")
+        @dataclass
+        class NearHalf(StrategyConfig):
+            """Prompts near one half."""
+
+
 @pytest.mark.parametrize("kwargs,needle", [("{eta: -1}", "eta must be >= 0, got -1"), ("{K: 0}", "K must be >= 1"),
                                            ("{alpha0: -1}", "alpha0 must be > 0"), ("{K: 1.5}", "K must be an integer"),
                                            ("{eta: .nan}", "eta must be finite (no NaN or infinity), got nan"),

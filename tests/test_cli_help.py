@@ -78,6 +78,9 @@ def test_strategies_gives_whole_descriptions_and_explains_composition(capsys):
         first_paragraph = inspect.cleandoc(config_class(name).__doc__ or "").split("\n\n")[0]
         assert f"{name} {' '.join(plain(first_paragraph).split())}" in out
     assert "a+b combines two strategies: the selector of a" in out
+    with pytest.raises(SystemExit):  # the help says how to add one's own (it named no RLCURATE_STRATEGIES)
+        main(["strategies", "--help"])
+    assert "name it in RLCURATE_STRATEGIES" in " ".join(capsys.readouterr().out.split())
     assert "the sampler and processors of b" in out
     assert "``" not in out
 

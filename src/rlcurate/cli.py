@@ -153,6 +153,10 @@ _COMPOSITION = (
     "weight), e.g. insight+ada_seq_balanced. Options go in strategy_kwargs, flat (each part takes "
     "those it knows) or split as {a: {...}, b: {...}}.")
 
+_OWN = ("A strategy of your own is one file (src/rlcurate/curation/README.md): name it in RLCURATE_STRATEGIES "
+        "(paths or modules, separated by ':'), and it is listed here, checked by --check and trained by "
+        "rlcurate train --set strategy=NAME.")
+
 
 def _strategy_doc(name: str, full: bool) -> str:
     """A strategy's description, the docstring of its configuration class: the first paragraph (the
@@ -189,7 +193,7 @@ def _strategies(argv: list[str]) -> int:
         description=wrap("List the curation strategies (the strategy key of a training config; chapters "
                          "5-10), or describe some of them in full: every option with its default and what "
                          "it does ('rlcurate strategies NAME', or 'rlcurate strategies --help NAME')."),
-        epilog=wrap(_COMPOSITION))
+        epilog=wrap(_COMPOSITION) + "\n\n" + wrap(_OWN))
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="strategies to describe with their options, e.g. insight or insight+ada_seq_balanced")
     parser.add_argument("--check", action="store_true",

@@ -61,7 +61,8 @@ class Group:
         rewards: one reward in [0, 1] per completion.
         reasons: the verifier's reason per completion.
         baseline: a pass-rate estimate from a larger pool (Reinforce-Ada's p_hat); ``None`` means the
-            group's own mean.
+            group's own mean. ``grpo`` reads it only with ``pool_size`` set (its standard deviation is the
+            pool's); ``drgrpo`` centres on it alone (:func:`group_advantages`).
         pool_successes, pool_size: successes and rollouts of the whole pool sampled for this prompt
             this step (equal to the group's own when nothing was discarded).
         weight: multiplies every advantage of the group (explicit f'(p) weights, 1/p_hat corrections).
@@ -354,7 +355,7 @@ class Part:
         here stops with an error: the logs and the next steps would read rewards nobody scored)."""
 
     def metrics(self) -> dict[str, float]:
-        """Scalar diagnostics of the last step (logged as ``curation/<name>``); none by default."""
+        """Scalar diagnostics of the last step (logged as ``curation/<key>``); none by default."""
         return {}
 
     def state_dict(self) -> dict[str, Any]:

@@ -91,6 +91,9 @@ def register(name: str):
                 and (old.__qualname__, _source(old)) != (cls.__qualname__, _source(cls)):
             raise ValueError(f"strategy {name!r} is registered twice ({old.__module__}.{old.__qualname__} "
                              f"and {cls.__module__}.{cls.__qualname__})")
+        if not isinstance(name, str) or not name or "+" in name or name != name.strip():
+            raise TypeError(f"register({name!r}): a strategy's name is a word without '+' (which composes two "
+                            f"strategies, selector+sampler) or surrounding spaces")
         cls.name = name
         _REGISTRY[name] = cls  # the same class re-imported (a module reloaded) replaces itself
         return cls
@@ -316,7 +319,27 @@ def _check_numbers(name: str, kwargs: dict) -> None:
                             f"{'a whole number' if whole else 'a finite number'}, got {value!r}")
 
 
+def _typed(name: str, kwargs: dict) -> dict:
+    """``kwargs`` with the types their defaults give, before the strategy sees them: an option whose default is a
+    bool must be one (the string "false" is true to Python, so it switched the option on), and a whole float
+    given for an int default (2.0) becomes an int (the strategy's arithmetic would take it as a float)."""
+    import numpy as np
+
+    defaults, out = _defaults(name), dict(kwargs)
+    for key, value in kwargs.items():
+        default = defaults.get(key)
+        if isinstance(default, bool):
+            if not isinstance(value, (bool, np.bool_)):
+                raise UserError(f"strategy {name!r}, strategy_kwargs {kwargs}: {key} must be true or false, "
+                                f"got {value!r}")
+            out[key] = bool(value)
+        elif isinstance(default, int) and isinstance(value, float) and value.is_integer():
+            out[key] = int(value)
+    return out
+
+
 def _build(name: str, kwargs: dict) -> Curator:
+    kwargs = _typed(name, kwargs)
     try:
         curator = _REGISTRY[name](**kwargs).build()
     except UserError:
