@@ -539,6 +539,23 @@ def test_a_half_written_checkpoint_alone_is_removed_with_a_warning_that_says_so(
     assert "resume=false" not in caplog.text
 
 
+def test_a_checkpoint_whose_curator_state_no_longer_loads_is_one_line(tmp_path, spread_policy):
+    """An author who renames a key of state_dict and resumes got a KeyError traceback from load_state_dict."""
+    from rlcurate.curation.base import Curator, Selector
+
+    class Renamed(Selector):
+        def load_state_dict(self, state):
+            self.rows = state["rows"]  # saved as "epoch" and "cursor"
+
+    model, tok, task = spread_policy
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", steps=2, checkpoint_every=1))
+    Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task).run()
+    cfg = TrainConfig.from_dict(_small(tmp_path / "run", steps=3, checkpoint_every=1))
+    with pytest.raises(UserError, match=r"trainer.json: the curator state saved at step 2 does not load into strategy "
+                                        r"'uniform' \(KeyError: 'rows'\): its state_dict changed since the checkpoint"):
+        Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, task=task, curator=Curator(Renamed()))
+
+
 # ------------------------------------------------------------------------------ rlcurate runs
 def _suite(tmp_path, runs, **extra) -> Path:
     suite = {"name": "t", "base": str(TINY_CFG), "overrides": {"model": str(SPREAD), "steps": 1},

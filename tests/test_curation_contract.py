@@ -401,8 +401,30 @@ def test_a_parts_mistake_is_named_where_it_is_made():
         def state_dict(self):
             return {"order": np.arange(3)}
 
+    class Wraps(Sampler):  # a negative index wrapped to the end of the pool; a float was truncated
+        name = "wraps"
+
+        def rollout(self, ctx, indices):
+            return ctx.generate([-1 for _ in indices], ctx.group_size)
+
+    class Regenerates(Processor):
+        name = "regenerates"
+
+        def process(self, ctx, groups):
+            return groups + ctx.generate([g.index for g in groups], 2)
+
+    class Listed(Selector):
+        name = "listed"
+
+        def metrics(self):
+            return [1.0]
+
     world = SoftmaxWorld.make(n_prompts=40, seed=0)
-    for curator, needle in ((Curator(Floats()), "selector 'floats': select must return pool indices"),
+    for curator, needle in ((Curator(sampler=Wraps()), "ctx.generate: index -1 is outside the pool of"),
+                            (Curator(processors=[Regenerates()]), "processor 'regenerates': process called "
+                                                                  "ctx.generate; a processor keeps, drops or reweights"),
+                            (Curator(Listed()), r"Listed 'listed': metrics must return a dict of numbers, got \[1.0\]"),
+(Curator(Floats()), "selector 'floats': select must return pool indices"),
                             (Curator(Outside()), "returned index 10000, outside the pool of"),
                             (Curator(sampler=Lists()), "sampler 'lists': rollout must return a list"),
                             (Curator(Zeroes()), "observe changed the rewards"),

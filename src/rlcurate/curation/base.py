@@ -216,6 +216,7 @@ class StepContext:
         self._render = render
         self._calls = 0
         self._oracle_calls = 0
+        self._processing: str | None = None  # the processor running (Curator.process): it may not generate
         self._more_prompts: Callable[[int], list[int]] | None = None  # bound by the Curator to its selector
 
     # ------------------------------------------------------------------ generation
@@ -250,7 +251,8 @@ class StepContext:
         of size 0 included). ``hints[k]`` is written into prompt k (``hint_levels[k]`` records its
         level), placed as ``hint_mode`` says (:meth:`render`). Costs: every rollout and token is added
         to :attr:`counters`; this is the only way a strategy gets scored rollouts."""
-        indices = [int(i) for i in indices]
+        self._not_processing("generate")
+        indices = self._pool_indices(indices)
         hints = list(hints) if hints is not None else [None] * len(indices)
         levels = list(hint_levels) if hint_levels is not None else [0] * len(indices)
         if len(hints) != len(indices) or len(levels) != len(indices):
@@ -279,10 +281,29 @@ class StepContext:
         Costs: its tokens count as generated (:attr:`counters`), its completions are not rollouts."""
         from rlcurate.rollout.base import SamplingParams
 
+        self._not_processing("generate_text")
         params = SamplingParams(temperature=self._sampling.temperature, top_p=self._sampling.top_p,
                                 max_new_tokens=int(max_new_tokens))
         out = [comps[0] if comps else None for comps in self._sample(list(prompts), 1, params)]
         self.counters.generated_tokens += sum(len(c.token_ids) for c in out if c is not None)
+        return out
+
+    def _not_processing(self, method: str) -> None:
+        if self._processing is not None:
+            raise StrategyError(f"processor {self._processing!r}: process called ctx.{method}; a processor keeps, drops "
+                                f"or reweights the groups it is given and generates nothing (a sampler generates; "
+                                f"rlcurate/curation/README.md)")
+
+    def _pool_indices(self, indices: Sequence[int]) -> list[int]:
+        """``indices`` as ints in the pool, or a :class:`StrategyError` naming the first that is not."""
+        out = []
+        for i in indices:
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                raise StrategyError(f"ctx.generate takes pool indices (ints), got {type(i).__name__} {i!r}")
+            if not 0 <= int(i) < len(self.problems):
+                raise StrategyError(f"ctx.generate: index {int(i)} is outside the pool of {len(self.problems)} "
+                                    f"prompts")
+            out.append(int(i))
         return out
 
     def more_prompts(self, k: int) -> list[int]:
@@ -440,7 +461,8 @@ class Sampler(Part):
     pool_baseline = False
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
-        """One :class:`Group` per selected index (in order), from ``ctx.generate`` (called as often
+        """One :class:`Group` per prompt rolled out: the selected indices in order, then those taken with
+        ``ctx.more_prompts`` (DAPO's refills), from ``ctx.generate`` (called as often
         as the sampler likes: rounds, hint levels; ``ctx.more_prompts`` adds prompts). May set on a
         Group: ``baseline``, ``pool_size``, ``pool_successes`` (a larger pool's statistics),
         ``weight`` and ``token_weights``; may merge (:meth:`Group.merge`) or subset groups."""
@@ -518,7 +540,11 @@ class Curator:
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
         for p in self.processors:
-            groups = p.process(ctx, groups)
+            ctx._processing = p.name
+            try:
+                groups = p.process(ctx, groups)
+            finally:
+                ctx._processing = None
             if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
                 raise StrategyError(f"processor {p.name!r}: process must return a list of Group, got "
                                 f"{type(groups).__name__}")
@@ -536,7 +562,12 @@ class Curator:
         """Every part's diagnostics of the last step, as ``curation/<key>`` (the trainer logs them)."""
         out: dict[str, float] = {}
         for part in [self.selector, self.sampler, *self.processors]:
-            out.update({f"curation/{k}": float(v) for k, v in part.metrics().items()})
+            values = part.metrics()
+            try:
+                out.update({f"curation/{k}": float(v) for k, v in values.items()})
+            except (AttributeError, TypeError, ValueError):
+                raise StrategyError(f"{type(part).__name__} {part.name!r}: metrics must return a dict of numbers, got "
+                                    f"{str(values)[:80]}") from None
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -446,7 +446,13 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
-        self.curator.load_state_dict(meta["curator"])
+        try:
+            self.curator.load_state_dict(meta["curator"])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # the strategy's code changed
+            raise UserError(f"{path / 'trainer.json'}: the curator state saved at step {meta['step']} does not load "
+                            f"into strategy {self.config.strategy!r} ({type(exc).__name__}: {exc}): its state_dict "
+                            f"changed since the checkpoint; restore the strategy's code it was made with, or start "
+                            f"afresh with resume=false") from None
         self.step = int(meta["step"])
         self.totals = meta["totals"]
         self.config_changes = list(meta.get("config_changes", []))
