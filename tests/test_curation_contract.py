@@ -419,8 +419,23 @@ def test_a_parts_mistake_is_named_where_it_is_made():
         def metrics(self):
             return [1.0]
 
+    class Greedy(Selector):
+        name = "greedy"
+
+        def select(self, ctx, k):
+            return self.draw(k + 3)
+
+    class Empty(Selector):
+        name = "empty"
+
+        def select(self, ctx, k):
+            return []
+
     world = SoftmaxWorld.make(n_prompts=40, seed=0)
-    for curator, needle in ((Curator(sampler=Wraps()), "ctx.generate: index -1 is outside the pool of"),
+    for curator, needle in ((Curator(Greedy()), "selector 'greedy': select returned 7 prompts for a step of "
+                                                "prompts_per_step=4"),
+                            (Curator(Empty()), "selector 'empty': select returned 0 prompts"),
+(Curator(sampler=Wraps()), "ctx.generate: index -1 is outside the pool of"),
                             (Curator(processors=[Regenerates()]), "processor 'regenerates': process called "
                                                                   "ctx.generate; a processor keeps, drops or reweights"),
                             (Curator(Listed()), r"Listed 'listed': metrics must return a dict of numbers, got \[1.0\]"),

@@ -95,7 +95,9 @@ def check_strategy(name: str, steps: int = STEPS, compositions: bool = True, num
     again, _ = _run(name, kwargs, steps, seed=1)
     _require(_same(again.records, full.records), (
         f"{name}: two runs with the same seed differ ({_first_diff(again.records, full.records)}): draw random "
-        f"choices from ctx.rng or a named stream keyed on the part's seed, never from numpy's global generator"))
+        f"choices from ctx.rng or a named stream keyed on the part's seed, never from numpy's global generator; "
+        f"and let build() make new parts each time (parts made once, at import, carry one run's state into the "
+        f"next)"))
     done.append("deterministic")
 
     half = steps // 2

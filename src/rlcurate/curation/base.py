@@ -509,7 +509,12 @@ class Curator:
 
     def select(self, ctx: StepContext) -> list[int]:
         ctx._more_prompts = self._more(ctx)
-        return self._checked_indices(self.selector.select(ctx, ctx.prompts_per_step))
+        picked = self._checked_indices(self.selector.select(ctx, ctx.prompts_per_step))
+        if not 0 < len(picked) <= ctx.prompts_per_step:  # fewer is a selector's choice (Pilot-Commit's pilots)
+            raise StrategyError(f"selector {self.selector.name!r}: select returned {len(picked)} prompts for a step of "
+                                f"prompts_per_step={ctx.prompts_per_step}; it returns 1 to prompts_per_step of them "
+                                f"(a sampler adds more with ctx.more_prompts)")
+        return picked
 
     def _more(self, ctx: StepContext) -> Callable[[int], list[int]]:
         """``ctx.more_prompts``: the selector's :meth:`Selector.more`, its indices checked as :meth:`select`'s."""
