@@ -510,10 +510,9 @@ class Curator:
     def select(self, ctx: StepContext) -> list[int]:
         ctx._more_prompts = self._more(ctx)
         picked = self._checked_indices(self.selector.select(ctx, ctx.prompts_per_step))
-        if not 0 < len(picked) <= ctx.prompts_per_step:  # fewer is a selector's choice (Pilot-Commit's pilots)
-            raise StrategyError(f"selector {self.selector.name!r}: select returned {len(picked)} prompts for a step of "
-                                f"prompts_per_step={ctx.prompts_per_step}; it returns 1 to prompts_per_step of them "
-                                f"(a sampler adds more with ctx.more_prompts)")
+        if not picked:  # fewer or more than prompts_per_step is a selector's choice (Pilot-Commit's pilots)
+            raise StrategyError(f"selector {self.selector.name!r}: select returned no prompts; a step trains on "
+                                f"prompts_per_step={ctx.prompts_per_step} of them, or the selector's own number")
         return picked
 
     def _more(self, ctx: StepContext) -> Callable[[int], list[int]]:
