@@ -174,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         goal = f"accuracy {end['target']:g}" if "target" in end else f"the start accuracy + {end['close_gap']:g} of its gap to 1"
         rho = f", rho {args.rho:g}" if args.currency.startswith("cost_") else ""
         spent = "rollouts" if args.currency == "rollouts" else f"{args.currency} ({CURRENCIES[args.currency]}{rho})"
-        print(f"{spent} until {goal}; paired ratios to {args.baseline} (a run that never reaches it counts at "
-              f"{budget:,.0f}{spent_note})")
+        print(f"{spent} until {goal}; paired ratios to {args.baseline} (a run that reaches it past the budget, or "
+              f"never, counts at {budget:,.0f}{spent_note}, censored)")
         print(f"{'arm':<20}{'seeds':>6}{'ratio':>8}{'95% interval':>18}{'p (t)':>8}{'p (Holm)':>10}{'saves at most':>15}"
               f"{'censored':>10}")
         for arm, r in ratios.items():
