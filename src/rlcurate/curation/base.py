@@ -30,7 +30,6 @@ Adding a strategy: ``src/rlcurate/curation/README.md``.
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -252,7 +251,8 @@ class StepContext:
         level), placed as ``hint_mode`` says (:meth:`render`). Costs: every rollout and token is added
         to :attr:`counters`; this is the only way a strategy gets scored rollouts."""
         self._not_processing("generate")
-        indices = self._pool_indices(indices)
+        indices = pool_indices(indices, len(self.problems), "ctx.generate takes pool indices (ints), got {got}",
+                               "ctx.generate: index {i} is outside the pool of {n} prompts")
         hints = list(hints) if hints is not None else [None] * len(indices)
         levels = list(hint_levels) if hint_levels is not None else [0] * len(indices)
         if len(hints) != len(indices) or len(levels) != len(indices):
@@ -293,18 +293,6 @@ class StepContext:
             raise StrategyError(f"processor {self._processing!r}: process called ctx.{method}; a processor keeps, drops "
                                 f"or reweights the groups it is given and generates nothing (a sampler generates; "
                                 f"rlcurate/curation/README.md)")
-
-    def _pool_indices(self, indices: Sequence[int]) -> list[int]:
-        """``indices`` as ints in the pool, or a :class:`StrategyError` naming the first that is not."""
-        out = []
-        for i in indices:
-            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-                raise StrategyError(f"ctx.generate takes pool indices (ints), got {type(i).__name__} {i!r}")
-            if not 0 <= int(i) < len(self.problems):
-                raise StrategyError(f"ctx.generate: index {int(i)} is outside the pool of {len(self.problems)} "
-                                    f"prompts")
-            out.append(int(i))
-        return out
 
     def more_prompts(self, k: int) -> list[int]:
         """The next ``k`` prompt indices by the selector (:meth:`Selector.more`: DAPO's oversampling, chapter 6).
@@ -524,23 +512,15 @@ class Curator:
         groups = self.sampler.rollout(ctx, indices)
         if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
             bad = groups if not isinstance(groups, list) else next(g for g in groups if not isinstance(g, Group))
-            raise StrategyError(f"sampler {self.sampler.name!r}: rollout must return a list of Group (what ctx.generate "
-                            f"returns), got {type(bad).__name__} {str(bad)[:60]}")
+            raise StrategyError(f"sampler {self.sampler.name!r}: rollout must return a list of Group (what "
+                                f"ctx.generate returns), got {type(bad).__name__} {str(bad)[:60]}")
         return groups
 
     def _checked_indices(self, picked, method: str = "select") -> list[int]:
-        """The selector's prompts as Python ints in the pool: a float, a bool or an index outside the pool is the
-        selector's mistake, named here rather than met later as an IndexError in rendering."""
-        out = []
-        for i in list(picked):
-            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-                raise StrategyError(f"selector {self.selector.name!r}: {method} must return pool indices (ints), got "
-                                f"{type(i).__name__} {i!r}")
-            if self._n_items is not None and not 0 <= int(i) < self._n_items:
-                raise StrategyError(f"selector {self.selector.name!r}: {method} returned index {int(i)}, outside the "
-                                 f"pool of {self._n_items} prompts")
-            out.append(int(i))
-        return out
+        """The selector's prompts as Python ints in the pool (:func:`pool_indices`)."""
+        who = f"selector {self.selector.name!r}: {method}"
+        return pool_indices(picked, self._n_items, who + " must return pool indices (ints), got {got}",
+                            who + " returned index {i}, outside the pool of {n} prompts")
 
     def process(self, ctx: StepContext, groups: list[Group]) -> list[Group]:
         for p in self.processors:
@@ -551,11 +531,11 @@ class Curator:
                 ctx._processing = None
             if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
                 raise StrategyError(f"processor {p.name!r}: process must return a list of Group, got "
-                                f"{type(groups).__name__}")
+                                    f"{type(groups).__name__}")
             bad = next((g for g in groups if not np.isfinite(g.weight)), None)
             if bad is not None:  # the loss, the gradient and then every weight of the model would be NaN
                 raise StrategyError(f"processor {p.name!r}: the group of prompt {bad.problem.uid!r} has weight "
-                                 f"{float(bad.weight)!r}; a group's weight must be finite")
+                                    f"{float(bad.weight)!r}; a group's weight must be finite")
         return groups
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
@@ -578,10 +558,11 @@ class Curator:
         return {"selector": self.selector.state_dict(), **self.rollout_state_dict()}
 
     def check_state(self) -> None:
-        """Raise :class:`StrategyError` where a part's :meth:`Part.state_dict` does not come back the same through JSON,
-        which is how a checkpoint stores it: a value JSON cannot hold (an array, a set) fails only when the first
-        checkpoint is written, after its steps; an int-keyed map comes back with string keys, so a resumed run
-        continues from other state without a word. The trainer calls it after its first step."""
+        """Raise :class:`StrategyError` where a part's :meth:`Part.state_dict` does not come back the same through
+        JSON, which is how a checkpoint stores it: a value JSON cannot hold (an array, a set) would fail only when
+        the first checkpoint is written, after its steps; an int-keyed map comes back with string keys, so a resumed
+        run would continue from other state without a word. :func:`rlcurate.curation.step.run_step` calls it after
+        the curator's first step."""
         import json
 
         self.state_checked = True
@@ -590,15 +571,14 @@ class Curator:
             try:
                 back = json.loads(json.dumps(state, allow_nan=True))
             except (TypeError, ValueError) as exc:
-                raise StrategyError(f"{type(part).__name__} {part.name!r}: state_dict cannot be stored as JSON ({exc}); "
-                                 f"keep lists, dicts with string keys, numbers and strings "
-                                 f"(rlcurate/curation/README.md)") from None
+                raise StrategyError(f"{type(part).__name__} {part.name!r}: state_dict cannot be stored as JSON "
+                                    f"({exc}); keep lists, dicts with string keys, numbers and strings "
+                                    f"(rlcurate/curation/README.md)") from None
             where = _json_difference(state, back)
             if where is not None:
                 raise StrategyError(f"{type(part).__name__} {part.name!r}: state_dict{where} does not come back the "
-                                 f"same from JSON (int keys become strings): a resumed run would "
-                                 f"continue from other state; store int-keyed maps as rows "
-                                 f"(rlcurate/curation/README.md)")
+                                    f"same from JSON (int keys become strings): a resumed run would continue from "
+                                    f"other state; store int-keyed maps as rows (rlcurate/curation/README.md)")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
@@ -629,8 +609,19 @@ def _json_difference(value, back, path: str = "") -> str | None:
             return path
         return next((d for i, (a, b) in enumerate(zip(value, back))
                      if (d := _json_difference(a, b, f"{path}[{i}]")) is not None), None)
-    if isinstance(value, float) and isinstance(back, float) and value != value and back != back:
-        return None
-    return None if value == back and type(value) is type(back) or (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and value == back) else path
+    same = value == back or (isinstance(value, float) and isinstance(back, float) and value != value and back != back)
+    return None if same else path
 
+
+def pool_indices(indices, n_items: int | None, not_int: str, outside: str) -> list[int]:
+    """``indices`` as Python ints in a pool of ``n_items`` (``None``: not checked against it). A float, a bool or
+    an index outside the pool is the strategy's mistake, named here (``not_int`` with ``{got}``, ``outside`` with
+    ``{i}`` and ``{n}``) rather than met later as a wrong prompt or an IndexError in rendering."""
+    out = []
+    for i in list(indices):
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise StrategyError(not_int.format(got=f"{type(i).__name__} {i!r}"))
+        if n_items is not None and not 0 <= int(i) < n_items:
+            raise StrategyError(outside.format(i=int(i), n=n_items))
+        out.append(int(i))
+    return out
