@@ -332,7 +332,9 @@ def test_a_first_choice_order_offset_does_not_change_is_noted(own_strategies, ca
 def test_a_parts_mistake_is_named_where_it_is_made():
     """Mistakes a strategy's author makes are named at the hook that made them: a selector returning floats or an
     index outside the pool, a sampler returning something other than Groups, and an observe that changes the
-    rewards (which would otherwise be logged and learnt from as if scored; the metrics are taken before observe)."""
+    rewards or another field of a group (which would otherwise be logged and learnt from as if scored; the metrics are
+    taken before observe), a fact of the step assigned (``ctx.group_size = 2``) and a practical strategy reading the
+    oracle's free pass rates."""
     from rlcurate.curation.base import Curator, Processor, Sampler, Selector, StrategyError
     from rlcurate.sim.bridge import SimTrainer
     from rlcurate.sim.world import SoftmaxWorld
@@ -425,13 +427,37 @@ def test_a_parts_mistake_is_named_where_it_is_made():
         def select(self, ctx, k):
             return []
 
+    class Halves(Sampler):  # a fact of the step rewritten: every later group would be half as large
+        name = "halves"
+
+        def rollout(self, ctx, indices):
+            ctx.group_size = 2
+            return ctx.generate(indices, ctx.group_size)
+
+    class Peeks(Selector):  # a practical strategy reading the free pass rates of the ceiling arms
+        name = "peeks"
+
+        def select(self, ctx, k):
+            p = ctx.oracle_pass_rates(range(len(ctx.problems)))
+            return [int(i) for i in np.argsort(-p * (1 - p))[:k]]
+
+    class Reweights(Processor):  # observe writing a field the trained step has already read
+        name = "reweights"
+
+        def observe(self, ctx, groups):
+            groups[0].weight = 2.0
+
     world = SoftmaxWorld.make(n_prompts=40, seed=0)
     for curator, needle in ((Curator(Empty()), "selector 'empty': select returned no prompts"),
-(Curator(sampler=Wraps()), "ctx.generate: index -1 is outside the pool of"),
+                            (Curator(sampler=Halves()), "ctx.group_size is a fact of the step, read-only"),
+                            (Curator(Peeks()), "ctx.oracle_pass_rates is for the ceiling arms of chapter 11 alone: "
+                                               "a part that reads it declares uses_oracle = True"),
+                            (Curator(processors=[Reweights()]), "observe changed the weight of the group of prompt"),
+                            (Curator(sampler=Wraps()), "ctx.generate: index -1 is outside the pool of"),
                             (Curator(processors=[Regenerates()]), "processor 'regenerates': process called "
                                                                   "ctx.generate; a processor keeps, drops or reweights"),
                             (Curator(Listed()), r"Listed 'listed': metrics must return a dict of numbers, got \[1.0\]"),
-(Curator(Floats()), "selector 'floats': select must return pool indices"),
+                            (Curator(Floats()), "selector 'floats': select must return pool indices"),
                             (Curator(Outside()), "returned index 10000, outside the pool of"),
                             (Curator(sampler=Lists()), "sampler 'lists': rollout must return a list"),
                             (Curator(Zeroes()), "observe changed the rewards"),

@@ -195,7 +195,7 @@ class StepContext:
     def __init__(self, *, step: int, seed: int, problems: Sequence[Problem], task, group_size: int,
                  prompts_per_step: int, policy: "Policy | None" = None, sampling: "SamplingParams | None" = None,
                  engine: "RolloutEngine | None" = None, tokenizer=None, render: Callable | None = None,
-                 curator_seed: int | None = None):
+                 curator_seed: int | None = None, rng: np.random.Generator | None = None):
         if policy is None and engine is not None:
             from rlcurate.policy.base import SamplingPolicy
 
@@ -206,7 +206,7 @@ class StepContext:
         self.problems = problems
         self.task = task
         self.tokenizer = getattr(policy, "tokenizer", None) if tokenizer is None else tokenizer
-        self.rng = stream("curator", seed if curator_seed is None else curator_seed, step)
+        self.rng = stream("curator", seed if curator_seed is None else curator_seed, step) if rng is None else rng
         self.generated_groups: list[Group] = []
         self.counters = StepCounters()
         self._seed = seed
@@ -217,6 +217,16 @@ class StepContext:
         self._oracle_calls = 0
         self._processing: str | None = None  # the processor running (Curator.process): it may not generate
         self._more_prompts: Callable[[int], list[int]] | None = None  # bound by the Curator to its selector
+        self._oracle_allowed: bool | None = None  # set by the Curator: does one of its parts declare uses_oracle?
+        self._sealed = True
+
+    FACTS = ("step", "group_size", "prompts_per_step", "problems", "task", "tokenizer", "rng")
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in self.FACTS and getattr(self, "_sealed", False):  # ctx.group_size = 2 would halve every group
+            raise StrategyError(f"ctx.{name} is a fact of the step, read-only for a strategy: keep what differs in "
+                                f"the strategy's own attributes (rlcurate/curation/README.md)")
+        object.__setattr__(self, name, value)
 
     # ------------------------------------------------------------------ generation
     def render(self, index: int, hint: str | None = None, hint_mode: str | None = None) -> str:
@@ -315,6 +325,9 @@ class StepContext:
         on a seed stream of its own (the charged calls keep their seeds), rewarded 1 or more counted as
         right. Those rollouts are *not charged*: they go to ``counters.uncharged_rollouts``, never to
         ``rollouts``, ``generated_tokens`` or ``generated_groups``."""
+        if self._oracle_allowed is False:
+            raise StrategyError("ctx.oracle_pass_rates is for the ceiling arms of chapter 11 alone: a part that reads "
+                                "it declares uses_oracle = True, and is never a practical strategy")
         indices = [int(i) for i in indices]
         if exact and self.knows_pass_rates:
             return np.asarray(self._policy.pass_rates([self.problems[i] for i in indices]), dtype=float)
@@ -357,6 +370,8 @@ class Part:
     """What the three parts of a curator share: the observe hook, diagnostics and resumable state."""
 
     name = "part"
+    uses_oracle = False
+    """True for a ceiling arm (chapter 11) alone: it may call :meth:`StepContext.oracle_pass_rates`."""
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
         """After the update: the trained groups (and ``ctx.generated_groups``, everything generated
@@ -495,8 +510,12 @@ class Curator:
             if hasattr(part, "bind"):
                 part.bind(n_items, seed)
 
-    def select(self, ctx: StepContext) -> list[int]:
+    def _bind_context(self, ctx: StepContext) -> None:
         ctx._more_prompts = self._more(ctx)
+        ctx._oracle_allowed = any(part.uses_oracle for part in [self.selector, self.sampler, *self.processors])
+
+    def select(self, ctx: StepContext) -> list[int]:
+        self._bind_context(ctx)
         picked = self._checked_indices(self.selector.select(ctx, ctx.prompts_per_step))
         if not picked:  # fewer or more than prompts_per_step is a selector's choice (Pilot-Commit's pilots)
             raise StrategyError(f"selector {self.selector.name!r}: select returned no prompts; a step trains on "
@@ -508,7 +527,7 @@ class Curator:
         return lambda k: self._checked_indices(self.selector.more(ctx, k), "more")
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
-        ctx._more_prompts = self._more(ctx)
+        self._bind_context(ctx)
         groups = self.sampler.rollout(ctx, indices)
         if not isinstance(groups, list) or not all(isinstance(g, Group) for g in groups):
             bad = groups if not isinstance(groups, list) else next(g for g in groups if not isinstance(g, Group))

@@ -106,6 +106,7 @@ class OracleSelector(Selector):
     (where the pass rates are exact and free, every step is an audit and the rule never binds)."""
 
     name = "oracle_select"
+    uses_oracle = True
     needs_trainer = "it reads every prompt's pass rate from audits the trainer runs (or the simulated world's exact ones)"
 
     def __init__(self, refresh: int = 5, runs: int = 8, exact: bool = True):
@@ -145,6 +146,7 @@ class OracleAllocationSampler(Sampler):
     their true pass rates, at least ``n_min`` each (see the module docstring)."""
 
     name = "oracle_alloc"
+    uses_oracle = True
 
     def __init__(self, objective: str = "linear", n_min: int = 2, per_prompt: int | None = None,
                  refresh: int = 5, runs: int = 8, exact: bool = True):

@@ -83,17 +83,33 @@ def run_step(curator: Curator, ctx: StepContext, policy: "Policy", advantage: st
     advantages = [group_advantages(g, advantage, adv_eps) for g in trained]
     update = policy.update(trained, advantages)
     metrics = group_metrics(sampled, trained)
-    rewards = [g.rewards.copy() for g in sampled]
+    groups = sampled + trained
+    before = [_group_fields(g) for g in groups]
     curator.observe(ctx, trained)
-    changed = next((g for g, r in zip(sampled, rewards) if not np.array_equal(g.rewards, r, equal_nan=True)), None)
-    if changed is not None:  # the logs, the advantages and the next steps would read rewards that were not scored
-        raise StrategyError(f"curator {curator.name!r}: observe changed the rewards of the group of prompt "
-                           f"{changed.problem.uid!r}; observe reads the step's groups and writes none "
+    changed = next(((g, f) for g, was in zip(groups, before) if (f := _changed_field(was, _group_fields(g)))), None)
+    if changed is not None:  # the logs, the advantages and the next steps would read values that were not scored
+        raise StrategyError(f"curator {curator.name!r}: observe changed the {changed[1]} of the group of prompt "
+                           f"{changed[0].problem.uid!r}; observe reads the step's groups and writes none "
                            f"(rlcurate/curation/README.md)")
     if not curator.state_checked:  # at the first step, not at the first checkpoint after it
         curator.check_state()
     return StepOutcome(sampled, trained, advantages, update, ctx.counters, t1 - t0, time.perf_counter() - t1,
                        nonfinite, metrics)
+
+
+_OBSERVED_FIELDS = ("rewards", "completions", "weight", "baseline", "pool_successes", "pool_size", "hint_level",
+                    "generated", "generated_tokens")
+
+
+def _group_fields(g: Group) -> tuple:
+    return (g.rewards.copy(), len(g.completions), *(getattr(g, f) for f in _OBSERVED_FIELDS[2:]))
+
+
+def _changed_field(before: tuple, after: tuple) -> str | None:
+    """The first field of :data:`_OBSERVED_FIELDS` whose value differs between two :func:`_group_fields`."""
+    if not np.array_equal(before[0], after[0], equal_nan=True):
+        return "rewards"
+    return next((f for f, a, b in zip(_OBSERVED_FIELDS[1:], before[1:], after[1:]) if a != b and a == a), None)
 
 
 def drop_nonfinite_rewards(ctx: StepContext, sampled: list[Group]) -> tuple[list[Group], int]:

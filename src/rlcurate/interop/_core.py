@@ -193,9 +193,9 @@ class PromptSelection:
         self.history: list[dict[str, Any]] = []  # per selection: round, observed batches, indices
 
     # ------------------------------------------------------------------ the two calls
-    def context(self, step: int, k: int) -> StepContext:
+    def context(self, step: int, k: int, rng=None) -> StepContext:
         return StepContext(step=step, seed=self.seed, problems=self.problems, task=None, engine=_Engine(),
-                           group_size=self.group_size, prompts_per_step=k)
+                           group_size=self.group_size, prompts_per_step=k, rng=rng)
 
     def select(self, k: int) -> list[int]:
         """The next ``k`` prompts (pool positions) by the strategy, given every reward observed so far."""
@@ -212,9 +212,9 @@ class PromptSelection:
         :meth:`Selector.take`), given when its generation batch was selected ahead of the step."""
         if taken is not None:
             self.selector.take(taken)
-        ctx = self.context(self.rounds, int(k))
         # a stream of its own per call: the stream ``curator`` of round ``rounds`` is the next select()'s
-        ctx.rng = named_stream("prompt-selection-more", self.seed, self.rounds, self.more_calls)
+        ctx = self.context(self.rounds, int(k), named_stream("prompt-selection-more", self.seed, self.rounds,
+                                                             self.more_calls))
         self.more_calls += 1
         return [int(i) for i in self.selector.more(ctx, int(k))]
 
