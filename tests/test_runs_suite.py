@@ -174,12 +174,14 @@ def test_a_stored_result_made_with_another_config_is_listed_stale_and_refused(tm
         assert len(err.strip().splitlines()) == 1 and "8 stored result(s) of suite 'protocol_aa' were made with " \
             "another config" in err and "run 'uniform_aa' seed 8: lr: 0.0001 -> 0.5" in err and "--force" in err, err
     assert not (tmp_path / "scratch").exists()
-    # an arm of the suite without any result is named, not left out silently
+    # an arm of the suite without any result is named, not left out silently: here no arm is left to compare
     path, out = _copy_suite(tmp_path, "protocol_aa")
     for f in out.glob("uniform_aa_s*.json"):
         f.unlink()
-    assert main(["compare", "--suite", str(path), "--runs", str(out)]) == 0
-    assert "not in the table, seeds finished of uniform's 8: uniform_aa 0" in capsys.readouterr().out
+    assert main(["compare", "--suite", str(path), "--runs", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--baseline 'uniform': no arm has all of its 8 seeds (8-15), which " \
+        "pairing needs; seeds finished of those: uniform_aa 0 (a suite still running: rlcurate runs --suite" in err, err
 
 
 def test_a_suite_may_not_set_what_runs_sets_and_a_bad_run_config_is_refused_by_list(tmp_path, capsys):

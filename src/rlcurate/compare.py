@@ -19,6 +19,17 @@ from rlcurate.errors import UserError
 from rlcurate.experiments import _find, check_current, default_out, load_results, load_suite
 
 
+def _seed_list(seeds) -> str:
+    """``0-7, 9``: sorted seeds, runs of consecutive ones joined."""
+    seeds, parts = sorted(int(s) for s in seeds), []
+    for s in seeds:
+        if parts and s == parts[-1][1] + 1:
+            parts[-1][1] = s
+        else:
+            parts.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
+
+
 def _amount(x: float) -> str:
     """A budget as the user wrote it: whole numbers in full (99999999, not 1e+08)."""
     return f"{int(x)}" if math.isfinite(x) and float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
@@ -156,8 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     pending = {arm: len(set(v) & base_seeds) for arm, v in values.items() if not base_seeds <= set(v)}
     pending.update({arm: 0 for arm in suite["runs"] if arm not in values})  # an arm with no result yet is said too
     if pending:
-        print(f"not in the table, seeds finished of {args.baseline}'s {len(base_seeds)}: "
-              + ", ".join(f"{arm} {n}" for arm, n in pending.items()))
+        finished = ", ".join(f"{arm} {n}" for arm, n in pending.items())
+        if all(arm in pending for arm in values if arm != args.baseline):  # a table of the baseline alone
+            raise UserError(f"--baseline {args.baseline!r}: no arm has all of its {len(base_seeds)} seeds "
+                            f"({_seed_list(base_seeds)}), which pairing needs; seeds finished of those: {finished} "
+                            f"(a suite still running: rlcurate runs --suite {args.suite} finishes them)")
+        print(f"not in the table, seeds finished of {args.baseline}'s {len(base_seeds)}: {finished}")
         values = {arm: v for arm, v in values.items() if arm not in pending}
     missing = sorted({int(x) for x in suite["seeds"]} - base_seeds)
     if missing and len(base_seeds) >= 2:
