@@ -7,9 +7,11 @@ tests/BAD_INPUTS.md (rows A1-A22)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlcurate.cli import main
@@ -225,3 +227,26 @@ def test_compare_reads_the_folder_runs_wrote_under_either_name(runs, capsys):
     by_runs = capsys.readouterr().out
     assert main(["compare", "--suite", str(SUITE), "--out", str(runs)]) == 0
     assert capsys.readouterr().out == by_runs and "insight" in by_runs
+
+
+def test_a_ratio_forest_labels_its_log_axis_with_plain_ratios():
+    """The forest of ``compare --measure to_target --plot`` reads 0.5, 0.7, 1, 1.5 on its log axis, not 5 x 10^-1 and
+    minor labels that overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlcurate.book.paired import forest
+    from rlcurate.comparison import ratio_table
+
+    rng = np.random.default_rng(0)
+    values = {"uniform": {s: float(v) for s, v in enumerate(rng.uniform(800, 1200, 8))},
+              "fast": {s: float(v) for s, v in enumerate(rng.uniform(400, 700, 8))}}
+    fig, ax = plt.subplots()
+    forest(ax, ratio_table(values, "uniform", budget=2000.0), "t", lambda a: "black", ratio=True)
+    fig.canvas.draw()
+    major = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    minor = [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
+    assert major and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in major) and "1" in major and not minor, (major, minor)

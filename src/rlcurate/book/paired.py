@@ -33,9 +33,16 @@ def forest(ax, table: Mapping, title: str, color_of: Callable[[str], str], ratio
         point = r.ratio if ratio else r.mean
         ax.plot([r.low, r.high], [y, y], color=color_of(arm), lw=2.5, alpha=0.9 if strong else 0.4)
         ax.plot(point, y, "o", color=color_of(arm), mfc=color_of(arm) if strong else "white")
-    if ratio:
-        ax.set_xscale("log")
     ax.axvline(1.0 if ratio else 0.0, color="black", lw=0.8, ls=":")
+    if ratio:  # plain ratios (0.5, 0.7, 1, 1.5) on a log axis, not 5 x 10^-1 and crowded minor labels
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+        ax.set_xscale("log")
+        low, high = ax.get_xlim()
+        ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0) if low <= t <= high]
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(names)), names[::-1], fontsize=8)
     ax.set_title(title, fontsize=10)
 
