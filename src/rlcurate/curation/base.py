@@ -218,12 +218,11 @@ class StepContext:
         self._processing: str | None = None  # the processor running (Curator.process): it may not generate
         self._more_prompts: Callable[[int], list[int]] | None = None  # bound by the Curator to its selector
         self._oracle_allowed: bool | None = None  # set by the Curator: does one of its parts declare uses_oracle?
-        self._sealed = True
 
     FACTS = ("step", "group_size", "prompts_per_step", "problems", "task", "tokenizer", "rng")
 
     def __setattr__(self, name: str, value) -> None:
-        if name in self.FACTS and getattr(self, "_sealed", False):  # ctx.group_size = 2 would halve every group
+        if name in self.FACTS and name in self.__dict__:  # set once, in __init__; ctx.group_size = 2 would halve groups
             raise StrategyError(f"ctx.{name} is a fact of the step, read-only for a strategy: keep what differs in "
                                 f"the strategy's own attributes (rlcurate/curation/README.md)")
         object.__setattr__(self, name, value)
@@ -503,6 +502,11 @@ class Curator:
         self._n_items: int | None = None
         self.state_checked = False  # check_state ran (after the first step this process runs)
 
+    @property
+    def parts(self) -> list[Part]:
+        """The selector, the sampler and the processors, in that order."""
+        return [self.selector, self.sampler, *self.processors]
+
     def bind(self, n_items: int, seed: int) -> None:
         self._n_items = int(n_items)
         self.selector.bind(n_items, seed)
@@ -512,7 +516,7 @@ class Curator:
 
     def _bind_context(self, ctx: StepContext) -> None:
         ctx._more_prompts = self._more(ctx)
-        ctx._oracle_allowed = any(part.uses_oracle for part in [self.selector, self.sampler, *self.processors])
+        ctx._oracle_allowed = any(part.uses_oracle for part in self.parts)
 
     def select(self, ctx: StepContext) -> list[int]:
         self._bind_context(ctx)
@@ -558,13 +562,13 @@ class Curator:
         return groups
 
     def observe(self, ctx: StepContext, groups: list[Group]) -> None:
-        for part in [self.selector, self.sampler, *self.processors]:
+        for part in self.parts:
             part.observe(ctx, groups)
 
     def metrics(self) -> dict[str, float]:
         """Every part's diagnostics of the last step, as ``curation/<key>`` (the trainer logs them)."""
         out: dict[str, float] = {}
-        for part in [self.selector, self.sampler, *self.processors]:
+        for part in self.parts:
             values = part.metrics()
             try:
                 out.update({f"curation/{k}": float(v) for k, v in values.items()})
@@ -585,7 +589,7 @@ class Curator:
         import json
 
         self.state_checked = True
-        for part in [self.selector, self.sampler, *self.processors]:
+        for part in self.parts:
             state = part.state_dict()
             try:
                 back = json.loads(json.dumps(state, allow_nan=True))

@@ -102,14 +102,20 @@ _OBSERVED_FIELDS = ("rewards", "completions", "weight", "baseline", "pool_succes
 
 
 def _group_fields(g: Group) -> tuple:
+    """The values of :data:`_OBSERVED_FIELDS` (the completions by their number), copied."""
     return (g.rewards.copy(), len(g.completions), *(getattr(g, f) for f in _OBSERVED_FIELDS[2:]))
 
 
 def _changed_field(before: tuple, after: tuple) -> str | None:
     """The first field of :data:`_OBSERVED_FIELDS` whose value differs between two :func:`_group_fields`."""
-    if not np.array_equal(before[0], after[0], equal_nan=True):
-        return "rewards"
-    return next((f for f, a, b in zip(_OBSERVED_FIELDS[1:], before[1:], after[1:]) if a != b and a == a), None)
+    return next((f for f, a, b in zip(_OBSERVED_FIELDS, before, after) if not _same(a, b)), None)
+
+
+def _same(a, b) -> bool:
+    """Equal values, NaN equal to NaN (arrays element by element)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b, equal_nan=True)
+    return a == b or (a != a and b != b)
 
 
 def drop_nonfinite_rewards(ctx: StepContext, sampled: list[Group]) -> tuple[list[Group], int]:
