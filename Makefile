@@ -20,6 +20,9 @@ VERL_CURRENT_PACKAGES := verl==0.9.1 TransferQueue==0.1.11 hydra-core==1.3.8 ome
 	aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0 peft==0.21.2
 STAMP := $(VENV)/.rlcurate-installed
 PROFILE ?= cpu
+# pytest-xdist workers for `make test`: one per core, at most four (a worker holds up to ~5 GB at its peak);
+# each runs one thread (conftest.py). TEST_WORKERS=0 runs the tests in this process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: setup book test notebooks clean-book help
 
@@ -51,7 +54,7 @@ book: setup
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 notebooks: setup
 	RLCURATE_PROFILE=$${RLCURATE_PROFILE:-$(PROFILE)} $(BIN)/python -m rlcurate.book.execute book/[0-9]*.ipynb

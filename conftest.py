@@ -1,5 +1,6 @@
 """Shared test set-up: real datasets from ../shared/data, a quiet non-interactive matplotlib, two CPU
-threads (the machines this project is tested on have two cores), and nbval comparing recorded values
+threads (the machines this project is tested on have two cores) or one in each pytest-xdist worker, each
+chapter's tests on one worker, and nbval comparing recorded values
 with a tolerance (see :func:`_compare_records_with_tolerance`) against the chapter tests/test_notebooks.py
 already executed in the session, where it did (see :func:`_reuse_executed_copy`)."""
 
@@ -37,6 +38,19 @@ def _checks_no_output(nb: Path) -> bool:
 
 # nbval runs the chapters whose stored outputs it compares; executing the others a second time checks nothing new
 collect_ignore = [str(nb) for nb in sorted((REPO / "book").glob("*.ipynb")) if _checks_no_output(nb)]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), a chapter's execution (tests/test_notebooks.py) and nbval's
+    comparisons of its cells run on one worker, in that order: nbval reads the copy executed there."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.xdist_group(f"chapter {path.stem}"))
+        elif path.name == "test_notebooks.py" and item.originalname == "test_chapter_executes_and_records":
+            item.add_marker(pytest.mark.xdist_group(f"chapter {item.callspec.params['nb'].stem}"))
 
 
 EXECUTED = pytest.StashKey[dict]()
@@ -80,11 +94,22 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+# One CPU thread per process when pytest-xdist runs the tests on several workers (`make test`: one per core). Two
+# workers of one thread each use both cores of a 2-core machine where one process of two threads idles one core for
+# most of the suite (a chapter's kernel, scipy and the simulations run on one); and a thread that busy-waits for
+# work while the other worker holds the core slows both by up to six times (OpenBLAS in scipy's L-BFGS-B), so the
+# OpenMP, MKL and OpenBLAS pools are held to one thread and OpenMP waits passively.
+_ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                   "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None):  # pytest-xdist's controller: its workers inherit this environment
+        os.environ.update(_ONE_THREAD_ENV)
     try:
         import torch
 
-        torch.set_num_threads(2)
+        torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)  # two cores, or one per worker
     except ImportError:  # the statistics core is usable without torch
         pass
     try:

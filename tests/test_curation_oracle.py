@@ -80,7 +80,7 @@ def test_on_the_tiny_model_the_oracle_audit_is_not_charged(tmp_path, repo_root, 
         cfg = TrainConfig(model="data/tiny/spread", task="arithmetic", task_kwargs={"n_train": 4, "n_test": 2},
                           strategy=strategy, strategy_kwargs={"runs": 2, "refresh": 2} if strategy != "uniform" else {},
                           steps=3, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_every=0,
-                          out_dir=str(tmp_path / strategy), progress=False, save_model=False, threads=2)
+                          out_dir=str(tmp_path / strategy), progress=False, save_model=False)
         Trainer(cfg).run()
         rows[strategy] = [json.loads(x) for x in (tmp_path / strategy / "metrics.jsonl").read_text().splitlines()]
     pool = 4 * 9  # 4 training prompts per level, 9 levels

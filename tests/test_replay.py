@@ -76,7 +76,12 @@ def replay_steps(fixture: dict) -> int:
     return fixture["steps"]
 
 
-def _replay_and_compare(path: Path, scratch: Path, threads: int | None = 2) -> None:
+def _replay_and_compare(path: Path, scratch: Path, threads: int | None = None) -> None:
+    """Replay ``path`` on ``threads`` torch threads (default: this process's, two, or one in a pytest-xdist worker
+    (conftest.py); the recordings ran on one) and compare its steps with the recorded ones."""
+    import torch
+
+    threads = threads or torch.get_num_threads()
     fixture = load_fixture(path)
     steps = replay_steps(fixture)
     metrics, check = forced_replay(fixture, scratch, threads=threads, steps=steps)
@@ -120,7 +125,7 @@ def test_a_moved_number_is_reported(tmp_path, monkeypatch):
     fixture["forced"][1]["rollouts"] += 1
     toks = fixture["calls"][0]["tokens"][0][0]
     toks[0] = (toks[0] + 1) % 20  # another token where the sampler was not near a tie
-    metrics, check = forced_replay(fixture, tmp_path, threads=2)
+    metrics, check = forced_replay(fixture, tmp_path)
     problems = compare_steps(fixture["forced"], metrics)
     assert any("step 1 grad_norm" in p for p in problems)
     assert any("step 2 rollouts" in p for p in problems)

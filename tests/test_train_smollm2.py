@@ -25,7 +25,7 @@ def test_one_grpo_step_on_smollm2(tmp_path):
     before = model.get_input_embeddings().weight.detach().clone()
     cfg = TrainConfig(model="smollm2", task="arithmetic", steps=1, prompts_per_step=2, group_size=4,
                       max_new_tokens=4, lr=1e-5, eval_every=0, out_dir=str(tmp_path), progress=False,
-                      save_model=False, threads=2, seed=0)
+                      save_model=False, seed=0)
     Trainer(cfg, model=model, tokenizer=tok, task=task).run()
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1

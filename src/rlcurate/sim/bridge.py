@@ -100,11 +100,17 @@ class SimEngine(RolloutEngine):
         idx = np.array([i for i, _ in parsed], dtype=np.int64)
         levels = np.array([lv for _, lv in parsed], dtype=float)
         probs = self.world.probs(self.theta, idx, levels) if len(idx) else np.zeros((0, 1))
-        out = []
+        # numpy's Generator.choice(size=c, p=row), row by row, in one pass: the same uniforms from the same
+        # stream, the same normalised cumulative sums, the same searchsorted
+        cdf = np.cumsum(probs, axis=1)
+        cdf /= cdf[:, -1:]
+        uniforms = rng.random(int(sum(counts)))
+        out, start = [], 0
         for k, c in enumerate(counts):
-            actions = rng.choice(probs.shape[1], size=c, p=probs[k]) if c else np.zeros(0, dtype=int)
-            out.append([Completion(prompt_index=k, sample_index=j, prompt_token_ids=[], token_ids=[int(a)],
-                                   text=str(int(a)), logprobs=[float(np.log(probs[k, a]))], finish_reason="stop")
+            actions = cdf[k].searchsorted(uniforms[start:start + c], side="right").tolist()
+            start += c
+            out.append([Completion(prompt_index=k, sample_index=j, prompt_token_ids=[], token_ids=[a],
+                                   text=str(a), logprobs=[float(np.log(probs[k, a]))], finish_reason="stop")
                         for j, a in enumerate(actions)])
         return out
 
