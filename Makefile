@@ -54,7 +54,7 @@ book: setup
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 notebooks: setup
 	RLCURATE_PROFILE=$${RLCURATE_PROFILE:-$(PROFILE)} $(BIN)/python -m rlcurate.book.execute book/[0-9]*.ipynb

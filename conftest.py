@@ -40,17 +40,32 @@ def _checks_no_output(nb: Path) -> bool:
 collect_ignore = [str(nb) for nb in sorted((REPO / "book").glob("*.ipynb")) if _checks_no_output(nb)]
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``), a chapter's execution (tests/test_notebooks.py) and nbval's
-    comparisons of its cells run on one worker, in that order: nbval reads the copy executed there."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(f"chapter {path.stem}"))
-        elif path.name == "test_notebooks.py" and item.originalname == "test_chapter_executes_and_records":
-            item.add_marker(pytest.mark.xdist_group(f"chapter {item.callspec.params['nb'].stem}"))
+def work_unit(nodeid: str) -> str:
+    """The unit of work a pytest-xdist worker takes whole (`make test`): a chapter's execution
+    (tests/test_notebooks.py) with nbval's comparisons of its cells, in that order (nbval reads the copy executed
+    there); each replay of a committed run alone; any other test with its module (a module's fixtures are set up
+    once)."""
+    path, _, name = nodeid.partition("::")
+    if path.endswith(".ipynb"):
+        return f"chapter {Path(path).stem}"
+    if path == "tests/test_notebooks.py" and name.startswith("test_chapter_executes_and_records["):
+        return f"chapter {name.split('[', 1)[1].rstrip(']')}"
+    if path == "tests/test_replay.py" and name.startswith("test_a_committed_run_replays_teacher_forced["):
+        return nodeid
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler, with the units of :func:`work_unit` (its ``loadgroup`` marks no longer reach the
+    scheduler under pytest 9)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 EXECUTED = pytest.StashKey[dict]()

@@ -87,3 +87,21 @@ def test_every_chapter_is_in_the_toc():
     toc = (REPO / "_toc.yml").read_text()
     missing = [nb.stem for nb in CHAPTERS if f"book/{nb.stem}" not in toc]
     assert not missing, f"chapters missing from _toc.yml: {missing}"
+
+
+def test_a_chapters_execution_and_its_compared_cells_are_one_unit_of_work():
+    """`make test` runs on pytest-xdist workers, each taking whole units (conftest.work_unit): a chapter's execution
+    and nbval's cells of it go to one worker, in that order, since nbval reads the copy executed there; each replay
+    of a committed run is a unit of its own; any other test goes with its module."""
+    spec = importlib.util.spec_from_file_location("root_conftest", REPO / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    unit = module.work_unit
+    for nb in CHAPTERS:
+        run = unit(f"tests/test_notebooks.py::test_chapter_executes_and_records[{nb.stem}]")
+        assert run == unit(f"book/{nb.name}::Cell 0") == unit(f"book/{nb.name}::Cell 12"), nb.stem
+    assert unit("book/07_hinting.ipynb::Cell 0") != unit("book/08_dro.ipynb::Cell 0")
+    assert unit("tests/test_notebooks.py::test_every_chapter_is_in_the_toc") == "tests/test_notebooks.py"
+    replay = "tests/test_replay.py::test_a_committed_run_replays_teacher_forced[{}]"
+    assert unit(replay.format("protocol/uniform_s0")) != unit(replay.format("protocol/dapo_s0"))
+    assert unit("tests/test_plan.py::test_plan_bad_input_is_one_line") == unit("tests/test_plan.py::test_x[a-b]")

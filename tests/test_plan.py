@@ -210,7 +210,7 @@ def test_dry_run_trains_the_real_architecture_through_the_gpu_code_path(path, sh
     from rlcurate.dryrun import dry_run
 
     monkeypatch.setenv("RLCURATE_DATA_DIR", str(shared_data))
-    r = dry_run(path, layers=1, workdir=tmp_path, overrides=["threads=1"])
+    r = dry_run(path, layers=1, workdir=tmp_path, overrides=["threads=1", "prompts_per_step=1"])  # one group of 8
     assert r["steps"] == 1 and r["layers"] == 1 and r["rollouts"] > 0
     assert r["trained_tokens"] == r["generated_tokens"] > 0
     assert (tmp_path / "checkpoint" / "config.json").is_file() and (tmp_path / "checkpoint" / "tokenizer.json").is_file()

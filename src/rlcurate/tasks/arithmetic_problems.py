@@ -5,6 +5,7 @@ train/test split by a hash of the operands. :mod:`rlcurate.tasks.arithmetic` ren
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -153,6 +154,7 @@ def _unit_hash(key: str) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
+@functools.lru_cache(maxsize=1 << 18)  # every task built enumerates its levels' pairs again: ~60k hashes a task
 def split_of(op: str, a: int, b: int, test_fraction: float = 0.2) -> str:
     """``"test"`` or ``"train"`` for the problem ``a op b``, decided by a hash of the operands
     (chapter 4). For the commutative ``add`` and ``mul``, ``a op b`` and ``b op a`` share a split,
