@@ -87,7 +87,7 @@ def run_step(curator: Curator, ctx: StepContext, policy: "Policy", advantage: st
     before = [_group_fields(g) for g in groups]
     curator.observe(ctx, trained)
     changed = next(((g, f) for g, was in zip(groups, before)
-                    if (now := _group_fields(g)) != was and (f := _changed_field(was, now))), None)
+                    if not _unchanged(was, now := _group_fields(g)) and (f := _changed_field(was, now))), None)
     if changed is not None:  # the logs, the advantages and the next steps would read values that were not scored
         raise StrategyError(f"curator {curator.name!r}: observe changed the {changed[1]} of the group of prompt "
                            f"{changed[0].problem.uid!r}; observe reads the step's groups and writes none "
@@ -109,13 +109,24 @@ def _group_fields(g: Group) -> tuple:
     return ((rewards.dtype.str, rewards.tobytes()), len(g.completions), *(getattr(g, f) for f in _OBSERVED_FIELDS[2:]))
 
 
+def _unchanged(before: tuple, after: tuple) -> bool:
+    """Whether two :func:`_group_fields` tuples are equal, in one comparison (False when a strategy left an array
+    where a number belongs: :func:`_changed_field` compares those field by field)."""
+    try:
+        return bool(before == after)
+    except ValueError:
+        return False
+
+
 def _changed_field(before: tuple, after: tuple) -> str | None:
     """The first field of :data:`_OBSERVED_FIELDS` whose value differs between two :func:`_group_fields`."""
     return next((f for f, a, b in zip(_OBSERVED_FIELDS, before, after) if not _same(a, b)), None)
 
 
 def _same(a, b) -> bool:
-    """Equal values, NaN equal to NaN."""
+    """Equal values, NaN equal to NaN (arrays element by element)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b, equal_nan=True)
     return a == b or (a != a and b != b)
 
 
