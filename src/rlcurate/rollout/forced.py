@@ -126,17 +126,15 @@ class ForcedEngine(RolloutEngine):
         model.eval()
         try:
             with torch.inference_mode():
+                logits = self._logits(call["prompts"], call["tokens"])
                 return [self._force_prompt(self.served - 1, i, ids, call["tokens"][i], call["finish"][i],
-                                           params, seed)
+                                           params, seed, logits[i])
                         for i, ids in enumerate(call["prompts"])]
         finally:
             model.train(was_training)
 
     # ------------------------------------------------------------------ one prompt's completions
-    def _force_prompt(self, k, i, prompt_ids, tokens, finishes, params, seed) -> list[Completion]:
-        if not tokens:
-            return []
-        logits = self._logits(prompt_ids, tokens)
+    def _force_prompt(self, k, i, prompt_ids, tokens, finishes, params, seed, logits) -> list[Completion]:
         out = []
         for j, (toks, z) in enumerate(zip(tokens, logits)):
             self._check_sampler(k, i, j, toks, z, params, seed)
@@ -151,9 +149,26 @@ class ForcedEngine(RolloutEngine):
                                   finish_reason=finish))
         return out
 
-    def _logits(self, prompt_ids: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
-        """Next-token logits at every stored token, [len(toks), V] per completion: the prompt and each
-        completion, right-padded, in one forward pass."""
+    # ------------------------------------------------------------------ the logits of a call
+    def _logits(self, prompts: list[list[int]], tokens: list[list[list[int]]]) -> list[list[torch.Tensor]]:
+        """Next-token logits at every stored token, [len(toks), V] per completion of each prompt, one prompt
+        at a time. A prompt longer than its completions (a chat prompt: SmolLM2's 130 tokens before at most
+        8) goes through the model once and its keys and values serve every completion
+        (:meth:`_logits_over_prompt`: half the time of a SmolLM2 replay); a shorter one goes with each
+        completion, right-padded, in one pass (:meth:`_logits_of_rows`; on the tiny models a second pass
+        costs more than the prompt's repeats, and one pass over many prompts' padded rows was no faster)."""
+        out: list[list[torch.Tensor]] = []
+        for ids, toks in zip(prompts, tokens):
+            if not toks:
+                out.append([])
+            elif len(ids) > max(len(t) for t in toks):
+                out.append(self._logits_over_prompt(ids, toks))
+            else:
+                out.append(self._logits_of_rows(ids, toks))
+        return out
+
+    def _logits_of_rows(self, prompt_ids: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
+        """The logits of one prompt's completions in one pass: the prompt and each completion, right-padded."""
         dev = self.inner.device
         P, T = len(prompt_ids), max(len(t) for t in tokens)
         ids = torch.full((len(tokens), P + T), self.inner.pad_token_id, dtype=torch.long)
@@ -166,6 +181,30 @@ class ForcedEngine(RolloutEngine):
         z = self.inner.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
                              logits_to_keep=T + 1).logits  # positions P-1 .. P+T-1
         return [z[r, : len(toks)] for r, toks in enumerate(tokens)]
+
+    def _logits_over_prompt(self, prompt_ids: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
+        """The logits of one prompt's completions over the prompt's cached keys and values, as the sampling
+        engine scored them after its prefill: the prompt's last logits score each completion's first token,
+        then the completions, right-padded, go in one pass over the cache."""
+        dev = self.inner.device
+        model = self.inner.model
+        P, T, N = len(prompt_ids), max(len(t) for t in tokens), len(tokens)
+        head = model(input_ids=torch.tensor([list(prompt_ids)], device=dev), use_cache=True, logits_to_keep=1)
+        first = head.logits[0, -1:]  # position P-1: the first token's logits, the same for every row
+        if T == 1:
+            return [first for _ in tokens]
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(N)
+        ids = torch.full((N, T - 1), self.inner.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((N, P + T - 1), dtype=torch.long)
+        attn[:, :P] = 1
+        for r, toks in enumerate(tokens):
+            ids[r, : len(toks) - 1] = torch.tensor(list(toks[:-1]), dtype=torch.long)
+            attn[r, P : P + len(toks) - 1] = 1
+        pos = torch.arange(P, P + T - 1).expand(N, -1)
+        z = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev), past_key_values=cache,
+                  use_cache=True).logits  # positions P .. P+T-2
+        return [torch.cat([first, z[r, : len(toks) - 1]]) for r, toks in enumerate(tokens)]
 
     def _text(self, toks: list[int], params: SamplingParams) -> tuple[str, str]:
         """The completion's text and finish reason as the sampling engine would give them."""
