@@ -55,6 +55,12 @@ def work_unit(nodeid: str) -> str:
     return path
 
 
+# Units handed out first: SmolLM2's export test reads the GGUF file into a folder of its own and offers its export as
+# the cache every other SmolLM2 test loads (tests/test_hf_models.py); started first, it usually finishes before any
+# other SmolLM2 test needs the cache, which would otherwise read the GGUF file a second time (40-50 s) on a fresh machine.
+FIRST_UNITS = ("tests/test_hf_models.py",)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduler, with the units of :func:`work_unit` (its ``loadgroup`` marks no longer reach the
@@ -64,6 +70,12 @@ def pytest_xdist_make_scheduler(config, log):
     class ByWorkUnit(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            for unit in reversed(FIRST_UNITS):  # before xdist's order (most tests first)
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
 
     return ByWorkUnit(config, log)
 
