@@ -141,8 +141,8 @@ def group_advantages(group: Group, kind: str, eps: float) -> np.ndarray:
     if r.size == 0:
         return r
     pooled = group.baseline is not None and bool(group.pool_size)
-    if kind == "grpo" and pooled:
-        a = pool_advantages(r, group.baseline, group.pool_size, "grpo", eps)
+    if kind in ("grpo", "drgrpo") and pooled:  # a pool of one rollout gives A = 0, as pool_advantages says
+        a = pool_advantages(r, group.baseline, group.pool_size, kind, eps)
     elif kind == "grpo":
         a = standardised(r, eps=eps, ddof=1)
     elif kind == "drgrpo":
