@@ -17,7 +17,7 @@ starting policy and its predicted ratio (with its interval) is put beside the me
   (data/audits/smollm2_arith_chat_train); its target, the start plus 0.15 of the gap, is chosen here, after
   the runs (the suite declared accuracy at the budget).
 
-    python scripts/advise_check.py            # about 6 minutes on one core; writes data/advise/
+    python scripts/advise_check.py            # about 10 minutes on one core (607 s at its last run); writes data/advise/
 """
 
 from __future__ import annotations
