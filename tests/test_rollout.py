@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rlcurate.models.tiny import build_tiny_model, build_tiny_tokenizer
 from rlcurate.rollout import Completion, SamplingParams, TransformersEngine, VLLMEngine
 from rlcurate.rollout.hf import plan_batches
-from rlcurate.rollout.sampling import sample_next, truncate_logits, uniforms
+from rlcurate.rollout.sampling import row_keys, sample_next, step_uniforms, truncate_logits, uniforms
 
 
 def char_tokenizer():
@@ -301,6 +301,10 @@ def test_uniforms_are_keyed_and_uniform():
     assert np.array_equal(u, uniforms(0, np.arange(20000) % 100, np.arange(20000) // 100, 3))
     assert not np.array_equal(u, uniforms(1, np.arange(20000) % 100, np.arange(20000) // 100, 3))
     assert uniforms(0, [1], [2], 3)[0] != uniforms(0, [2], [1], 3)[0]
+    # one row's whole stream at once (the replay's sampler check) is the same bits as token by token
+    key = row_keys(7, [4], [5])
+    stream = step_uniforms(key, np.arange(50, dtype=np.uint64))
+    assert np.array_equal(stream, np.concatenate([step_uniforms(key, t) for t in range(50)]))
 
 
 def test_truncate_logits_top_k_and_top_p():

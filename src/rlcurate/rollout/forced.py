@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from rlcurate.rollout.base import Completion, RolloutEngine, SamplingParams, find_stop
@@ -220,7 +221,7 @@ class ForcedEngine(RolloutEngine):
     def _check_sampler(self, k, i, j, toks, z, params: SamplingParams, seed: int) -> None:
         T = len(toks)
         key = row_keys(seed, [i], [j])
-        u = torch.tensor([float(step_uniforms(key, t)[0]) for t in range(T)], dtype=torch.float64)
+        u = torch.from_numpy(step_uniforms(key, np.arange(T, dtype=np.uint64)))  # the row's stream, tokens 0..T-1
         picked, _ = sample_next(z, params.temperature, params.top_k, params.top_p, u)
         stored = torch.tensor(toks, device=z.device)
         self.check.tokens += T

@@ -53,10 +53,11 @@ def row_keys(seed: int, prompt_index, sample_index) -> np.ndarray:
         return _splitmix64(h ^ j)
 
 
-def step_uniforms(keys: np.ndarray, step: int) -> np.ndarray:
-    """:func:`uniforms` of the rows whose :func:`row_keys` are ``keys``, at token ``step``."""
+def step_uniforms(keys: np.ndarray, step) -> np.ndarray:
+    """:func:`uniforms` of the rows whose :func:`row_keys` are ``keys``, at token ``step`` (an int, or an array of
+    steps that broadcasts against ``keys``: one row's whole stream is ``step_uniforms(key, np.arange(T))``)."""
     with np.errstate(over="ignore"):
-        h = _splitmix64(keys ^ np.uint64(step & _MASK64))
+        h = _splitmix64(keys ^ np.asarray(step, dtype=np.uint64))
     return (h >> np.uint64(11)).astype(np.float64) * (2.0**-53)
 
 
