@@ -67,13 +67,29 @@ COVERED_BY_OTHERS |= {f"smollm2_revisit_precise/{arm}_s0" for arm in ("uniform",
                                                                     "combined_failures")}
 
 
+def keeps_state(config: dict) -> bool:
+    """Whether the run's strategy carries anything from one step to the next besides its selector's place in the
+    pass over the pool: its :meth:`~rlcurate.curation.Curator.state_dict` (what a resumed run needs) holds more."""
+    from rlcurate.curation import build_curator
+
+    state = build_curator(config["strategy"], **(config.get("strategy_kwargs") or {})).state_dict()
+    place = {k: v for k, v in state["selector"].items() if k not in ("epoch", "cursor")}
+    return any([place, state["sampler"], *state["processors"]])
+
+
 def replay_steps(fixture: dict) -> int:
-    """SmolLM2's step is a 135M-parameter update on a CPU: its fixtures replay their first step (the
-    strategy's selection, sampling rounds, hints, scoring and loss); the next step's numbers after the
-    optimizer's update are checked by every tiny-model fixture (the same update code on another
-    architecture), and that a SmolLM2 step moves its weights by tests/test_train_smollm2.py."""
+    """How many of the fixture's recorded steps to replay. SmolLM2's step is a 135M-parameter update on a CPU: its
+    fixtures replay their first step (the strategy's selection, sampling rounds, hints, scoring and loss); the next
+    steps' numbers after the optimizer's update are checked by the tiny-model fixtures (the same update code on
+    another architecture), and that a SmolLM2 step moves its weights by tests/test_train_smollm2.py. A tiny-model
+    fixture whose strategy keeps no state across steps (:func:`keeps_state`: uniform GRPO, Reinforce-Ada-Seq, DAPO,
+    DRO, GVM, SAGE) replays two: its third step runs the second's code again after one more optimizer update, which
+    the fixtures of the strategies that keep state (their selection or sampling depends on every earlier step)
+    replay in all three steps."""
     if fixture["config"]["model"] == "smollm2":
         return 1
+    if not keeps_state(fixture["config"]):
+        return min(2, fixture["steps"])
     return fixture["steps"]
 
 
@@ -186,3 +202,14 @@ def test_replays_hold_on_another_kernel_path(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_strategy_that_keeps_state_replays_every_recorded_step():
+    """A tiny-model fixture replays two of its three steps only where its strategy keeps no state across steps."""
+    assert not keeps_state({"strategy": "uniform"}) and not keeps_state({"strategy": "dapo"})
+    assert keeps_state({"strategy": "insight"}) and keeps_state({"strategy": "sage_light"})
+    assert keeps_state({"strategy": "ada_est"}) and keeps_state({"strategy": "greso"})
+    fixture = load_fixture(REPO / "tests" / "replays" / "end_to_end" / "insight_s0.json.gz")
+    assert fixture["steps"] == 3 and replay_steps(fixture) == 3
+    fixture = load_fixture(REPO / "tests" / "replays" / "end_to_end" / "uniform_s0.json.gz")
+    assert replay_steps(fixture) == 2
