@@ -103,3 +103,20 @@ def test_appendix_benchmarks_executes_in_the_smoke_profile(tmp_path):
     spec.loader.exec_module(module)
     module.check(records)
     assert math.isfinite(records["shared_forward"]["max_abs_diff"])
+
+
+def test_the_make_test_timing_reads_a_logs_counts_and_slowest_tests():
+    """bench/time_make_test.py reads what ``make test --durations`` prints, and refuses a log without a summary."""
+    spec = importlib.util.spec_from_file_location("time_make_test", REPO / "bench" / "time_make_test.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    log = ("============================= slowest 40 durations =============================\n"
+           "98.24s call     tests/test_notebooks.py::test_chapter_executes_and_records[07_hinting]\n"
+           "40.25s setup    tests/test_interop_verl_current.py::test_registered\n"
+           "========== 1796 passed, 6 skipped, 15 warnings in 1034.95s (0:17:14) ===========\n")
+    r = bench.parse(log)
+    assert (r["passed"], r["skipped"], r["failed"], r["pytest_seconds"]) == (1796, 6, 0, 1034.95)
+    assert [(s["seconds"], s["phase"]) for s in r["slowest"]] == [(98.24, "call"), (40.25, "setup")]
+    assert bench.parse("===== 1 failed, 1795 passed, 6 skipped, 15 warnings in 1042.99s (0:17:22) =====")["failed"] == 1
+    with pytest.raises(SystemExit, match="no pytest summary"):
+        bench.parse("make: *** [Makefile:65: test] Error 1\n")
