@@ -43,14 +43,17 @@ collect_ignore = [str(nb) for nb in sorted((REPO / "book").glob("*.ipynb")) if _
 def work_unit(nodeid: str) -> str:
     """The unit of work a pytest-xdist worker takes whole (`make test`): a chapter's execution
     (tests/test_notebooks.py) with nbval's comparisons of its cells, in that order (nbval reads the copy executed
-    there); each replay of a committed run alone; any other test with its module (a module's fixtures are set up
-    once)."""
+    there); each replay of a committed run alone, and so the replays on another kernel path (in their module, the
+    first unit handed out, they read SmolLM2's GGUF file themselves before the export test had made the cache: 89 s
+    against about 55; alone they are handed out later, :func:`hand_out_order`); any other test with its module (a
+    module's fixtures are set up once)."""
     path, _, name = nodeid.partition("::")
     if path.endswith(".ipynb"):
         return f"chapter {Path(path).stem}"
     if path == "tests/test_notebooks.py" and name.startswith("test_chapter_executes_and_records["):
         return f"chapter {name.split('[', 1)[1].rstrip(']')}"
-    if path == "tests/test_replay.py" and name.startswith("test_a_committed_run_replays_teacher_forced["):
+    if path == "tests/test_replay.py" and (name.startswith("test_a_committed_run_replays_teacher_forced[")
+                                           or name == "test_replays_hold_on_another_kernel_path"):
         return nodeid
     return path
 
@@ -59,6 +62,26 @@ def work_unit(nodeid: str) -> str:
 # the cache every other SmolLM2 test loads (tests/test_hf_models.py); started first, it usually finishes before any
 # other SmolLM2 test needs the cache, which would otherwise read the GGUF file a second time (40-50 s) on a fresh machine.
 FIRST_UNITS = ("tests/test_hf_models.py",)
+
+
+def long_single_test(unit: str) -> bool:
+    """A unit of one test that takes half a minute or more: SmolLM2's replays and the replays on another kernel path.
+    xdist hands out the units with the most tests first, which would put these last, where one of them keeps a
+    worker busy after the other has finished; they are handed out just before the other units of one test instead
+    (short replays and modules of one test, which even out the end of the run)."""
+    return (unit == "tests/test_replay.py::test_replays_hold_on_another_kernel_path"
+            or unit.startswith("tests/test_replay.py::test_a_committed_run_replays_teacher_forced[smollm2"))
+
+
+def hand_out_order(units: list[tuple[str, int]]) -> list[str]:
+    """The order in which the workers get the units, from ``(unit, number of tests)`` in xdist's order (most tests
+    first): :data:`FIRST_UNITS`, then xdist's order with the :func:`long_single_test` units moved to just before the
+    other units of one test."""
+    first = [u for u in FIRST_UNITS if u in dict(units)]
+    rest = [(u, n) for u, n in units if u not in FIRST_UNITS and not long_single_test(u)]
+    tail = next((i for i, (_, n) in enumerate(rest) if n == 1), len(rest))
+    long = [u for u, _ in units if u not in FIRST_UNITS and long_single_test(u)]
+    return first + [u for u, _ in rest[:tail]] + long + [u for u, _ in rest[tail:]]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -72,9 +95,12 @@ def pytest_xdist_make_scheduler(config, log):
             return work_unit(nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            for unit in reversed(FIRST_UNITS):  # before xdist's order (most tests first)
-                if unit in self.workqueue:
-                    self.workqueue.move_to_end(unit, last=False)
+            if not getattr(self, "_ordered", False):  # once, on xdist's order
+                self._ordered = True
+                units = dict(self.workqueue)
+                self.workqueue.clear()
+                for unit in hand_out_order([(u, len(tests)) for u, tests in units.items()]):
+                    self.workqueue[unit] = units[unit]
             super()._assign_work_unit(node)
 
     return ByWorkUnit(config, log)

@@ -7,8 +7,8 @@ slowest tests and the machine with its load average before and after: a timing m
 that ran nothing else meanwhile, which the load average shows. About 22 minutes on a 2-core AMD EPYC.
 
     .venv/bin/python bench/time_make_test.py                      # writes data/bench/make_test.json
-    .venv/bin/python bench/time_make_test.py --log run.log --setup-seconds 218 --total-seconds 1262
-                                                                  # a run made by hand: its log and its times
+    .venv/bin/python bench/time_make_test.py --log run.log --setup-seconds 209 --total-seconds 1177 --commit SHA
+                                                                  # a run made by hand: its log, times and commit
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--log", type=Path, help="read this log of a run made by hand instead of running one")
     ap.add_argument("--setup-seconds", type=float, help="with --log: the run's set-up seconds")
     ap.add_argument("--total-seconds", type=float, help="with --log: the run's seconds, set-up included")
+    ap.add_argument("--commit", help="with --log: the commit the run tested (default: HEAD)")
     args = ap.parse_args(argv)
     if args.log and (args.setup_seconds is None or args.total_seconds is None):
         ap.error("--log needs --setup-seconds and --total-seconds")
@@ -77,11 +78,13 @@ def main(argv=None) -> int:
         how = "bench/time_make_test.py"
     result = {**header("make setup and make test on a fresh clone, an empty SmolLM2 cache, the browser check "
                        "required (as CI runs them)"),
-              "how": how,
+              "how": how, "tested_commit": args.commit if args.log and args.commit else None,
               "setup_seconds": round(t_setup, 1), "test_seconds": round(t_total - t_setup, 1),
               "total_seconds": round(t_total, 1), **parse(log_path.read_text(errors="replace"))}
     if not args.log:
         result["machine"]["load_avg_before_run"] = load_before
+    if result["tested_commit"] is None:
+        result["tested_commit"] = result["git_sha"]
     write_json(result, args.out)
     print(f"set-up {t_setup:.0f} s, tests {t_total - t_setup:.0f} s, in all {t_total:.0f} s: {result['passed']} passed, "
           f"{result['skipped']} skipped, {result['failed']} failed; written to {args.out}")

@@ -92,7 +92,8 @@ def test_every_chapter_is_in_the_toc():
 def test_a_chapters_execution_and_its_compared_cells_are_one_unit_of_work():
     """`make test` runs on pytest-xdist workers, each taking whole units (conftest.work_unit): a chapter's execution
     and nbval's cells of it go to one worker, in that order, since nbval reads the copy executed there; each replay
-    of a committed run is a unit of its own; any other test goes with its module."""
+    of a committed run is a unit of its own, and so are the replays on another kernel path; any other test goes with
+    its module."""
     spec = importlib.util.spec_from_file_location("root_conftest", REPO / "conftest.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -104,4 +105,13 @@ def test_a_chapters_execution_and_its_compared_cells_are_one_unit_of_work():
     assert unit("tests/test_notebooks.py::test_every_chapter_is_in_the_toc") == "tests/test_notebooks.py"
     replay = "tests/test_replay.py::test_a_committed_run_replays_teacher_forced[{}]"
     assert unit(replay.format("protocol/uniform_s0")) != unit(replay.format("protocol/dapo_s0"))
+    kernels = "tests/test_replay.py::test_replays_hold_on_another_kernel_path"  # handed out late, after the export
+    assert unit(kernels) == kernels != unit("tests/test_replay.py::test_a_moved_number_is_reported")
     assert unit("tests/test_plan.py::test_plan_bad_input_is_one_line") == unit("tests/test_plan.py::test_x[a-b]")
+    # the order the workers get them: SmolLM2's export first; the long units of one test before the short ones
+    smollm2 = "tests/test_replay.py::test_a_committed_run_replays_teacher_forced[smollm2_protocol/uniform_s0]"
+    queue = [("tests/test_replay.py", 70), ("tests/test_plan.py", 35), ("tests/test_hf_models.py", 10),
+             ("tests/test_audit_resume.py", 1), (replay.format("protocol/dapo_s0"), 1), (smollm2, 1), (kernels, 1)]
+    assert module.hand_out_order(queue) == ["tests/test_hf_models.py", "tests/test_replay.py", "tests/test_plan.py",
+                                            smollm2, kernels, "tests/test_audit_resume.py",
+                                            replay.format("protocol/dapo_s0")]
