@@ -32,3 +32,11 @@ def check(records):
     assert 0.35 < shares["grad_sq_over_pqS"] < 0.65 and 0.8 < shares["between_prompts"] <= 1
     raft = records["raft_all_correct_step"]
     assert 0.5 < raft["min"] <= raft["median"] <= raft["max"] < 4   # ||grad p / p|| is of order 1 - p
+    # the gate on the tiny model: the audit's unbiased u_hat predicts the first step's mixed share of the committed
+    # runs (the text: within half a standard error, |z| <= 0.39), and the plug-in u(k/n, G) is lower at every G
+    model = records["model_gate"]
+    assert sorted(model) == ["2", "4", "8"]
+    for row in model.values():
+        assert abs(row["z"]) < 0.5 and 0 < row["plug_in"] < row["predicted"] < 1
+        assert math.isclose(row["z"], (row["measured"] - row["predicted"]) / math.hypot(row["se_measured"], row["se_predicted"]))
+    assert abs(model["2"]["predicted"] - 0.239) < 0.001 and abs(model["8"]["measured"] - 0.594) < 0.001
