@@ -71,9 +71,10 @@ def keeps_state(config: dict) -> bool:
     """Whether the run's strategy carries anything from one step to the next besides its selector's place in the
     pass over the pool: its :meth:`~rlcurate.curation.Curator.state_dict` (what a resumed run needs) holds more."""
     from rlcurate.curation import build_curator
+    from rlcurate.curation.base import Selector
 
     state = build_curator(config["strategy"], **(config.get("strategy_kwargs") or {})).state_dict()
-    place = {k: v for k, v in state["selector"].items() if k not in ("epoch", "cursor")}
+    place = {k: v for k, v in state["selector"].items() if k not in Selector().state_dict()}
     return any([place, state["sampler"], *state["processors"]])
 
 
