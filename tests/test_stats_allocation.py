@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from rlcurate.stats import (
     allocation_variance,
     continuous_allocation,
+    cross_fitted_allocation_ratio,
     escalation_cost,
     escalation_cost_from_coverage,
     gvm_allocation,
@@ -155,3 +156,33 @@ def test_allocations_refuse_a_batch_that_is_not_one_pass_rate_per_prompt_and_abs
     # zero-gain prompts share what is left round-robin, at once even for the largest budget
     assert optimal_allocation([0.0, 0.0, 1.0], 10).tolist() == [4, 3, 3]
     assert optimal_allocation([0.0, 1.0, 0.5], 2**31).tolist() == [1, 1, 2**31 - 2]
+
+
+def test_cross_fitted_allocation_ratio_by_hand():
+    # two prompts, one step of 2 x 8 = 16 rollouts; runs 0-1 allocate, runs 2-3 are held out (both pairs disagree,
+    # so each prompt's p (1 - p) is estimated as 1/2). Prompt 0's allocation runs both failed: the plug-in gives
+    # it n_min = 2 and prompt 1 (k = 1 of 2) the other 14.
+    scores = np.array([[0, 0, 1, 0], [1, 0, 0, 1]])
+    plug = cross_fitted_allocation_ratio(scores, 2, False, batch=2, per_prompt=8, held_out=[(2, 3)])
+    assert plug["ratio"] == pytest.approx((0.5 / 2 + 0.5 / 14) / (0.5 / 8 + 0.5 / 8))
+    assert plug["agreed"] == pytest.approx(4.0) and plug["others"] == pytest.approx(8 / 14)
+    assert plug["low"] <= plug["ratio"] <= plug["high"]
+    # smoothed, prompt 0 reads (0 + 1) / (2 + 2) = 1/4 and prompt 1 2/4
+    n = optimal_allocation([0.25, 0.5], 16, "linear", n_min=2)
+    assert n.tolist() != [2, 14]
+    smooth = cross_fitted_allocation_ratio(scores, 2, True, batch=2, per_prompt=8, held_out=[(2, 3)])
+    assert smooth["ratio"] == pytest.approx((0.5 / n[0] + 0.5 / n[1]) / (0.5 / 8 + 0.5 / 8))
+
+
+def test_cross_fitted_allocation_ratio_is_one_when_the_rule_is_uniform():
+    # every prompt's runs read the same, so the rule splits each step evenly: the ratio is exactly 1
+    scores = np.tile([1, 0, 1, 0, 0, 1, 1, 0], (64, 1))
+    r = cross_fitted_allocation_ratio(scores, 6, False, passes=2)
+    assert r["ratio"] == pytest.approx(1.0) and np.isnan(r["agreed"]) and r["others"] == pytest.approx(1.0)
+
+
+def test_cross_fitted_allocation_ratio_refuses_bad_input():
+    with pytest.raises(ValueError, match="0 and 1"):
+        cross_fitted_allocation_ratio(np.full((4, 8), 0.5), 6, False)
+    with pytest.raises(ValueError, match="alloc_runs"):
+        cross_fitted_allocation_ratio(np.zeros((4, 8)), 7, False)

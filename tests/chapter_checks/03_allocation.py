@@ -87,3 +87,17 @@ def check(records):
     assert be["easy_n_log_oracle"] > be["easy_n_raft_oracle"]
     # with pass rates in [0.1, 0.9] the linear objective's idealised rule loses to uniform on every draw
     assert min(records["tail_linear_idealised"]["0.1"]) > 1
+    # the rule on the tiny model's audited pass rates (cross-fitted): fed the plug-in k/n it is noisier than
+    # uniform on the main pool, because prompts whose runs agree get n_min = 2 (their variance counted 8/2 = 4
+    # times) while the others' falls; smoothed, it saves a few percent on both pools. The oracle arm's runs put
+    # more of their rollouts in mixed groups than uniform's.
+    model = records["model_alloc"]
+    assert sorted(model) == ["hard", "main"]
+    main_plug, main_smooth = model["main"]["6"]["plug_in"], model["main"]["6"]["smoothed"]
+    assert main_plug["low"] > 1 and main_smooth["high"] < 1 and main_plug["low"] <= main_plug["ratio"] <= main_plug["high"]
+    assert model["main"]["4"]["plug_in"]["ratio"] > main_plug["ratio"]        # fewer runs, a worse allocation
+    for pool in model.values():
+        plug = pool["6"]["plug_in"]
+        assert pool["6"]["smoothed"]["ratio"] < 1 and math.isclose(plug["agreed"], 4, rel_tol=0.05) and plug["others"] < 1
+        (uniform, _, n_uniform), (oracle, _, n_oracle) = pool["mixed_share"]["uniform"], pool["mixed_share"]["oracle_alloc"]
+        assert n_uniform == n_oracle == 8 and oracle > uniform + 0.2

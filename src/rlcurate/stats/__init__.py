@@ -16,6 +16,7 @@ from rlcurate.stats import advantages
 from rlcurate.stats.allocation import (
     allocation_variance,
     continuous_allocation,
+    cross_fitted_allocation_ratio,
     escalation_cost,
     escalation_cost_from_coverage,
     gvm_allocation,
