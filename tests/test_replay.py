@@ -103,6 +103,7 @@ def _replay_and_compare(path: Path, scratch: Path, threads: int | None = None) -
     fixture = load_fixture(path)
     steps = replay_steps(fixture)
     metrics, check = forced_replay(fixture, scratch, threads=threads, steps=steps)
+    assert not list(Path(scratch).rglob("state.pt")), "a replay writes no checkpoint (nothing resumes it)"
     problems = compare_steps([r for r in fixture["forced"] if r["step"] <= steps], metrics)
     assert not problems, f"{path.name}: {problems[:5]}"
     assert not check.mismatches, f"{path.name}: the sampler picks other tokens: {check.mismatches[:5]}"

@@ -95,6 +95,7 @@ def _train(config: TrainConfig, wrap: Callable) -> tuple[list[dict[str, Any]], A
 
     with _restored_threads():
         trainer = Trainer(config)
+        trainer.final_checkpoint = False  # nothing resumes a replay
         engine = wrap(trainer.engine)
         trainer.engine = trainer.policy.engine = engine
         trainer.run()

@@ -16,7 +16,8 @@ CUT = {"prompts_per_step": 2, "max_new_tokens": 16, "eval_prompts": 2, "eval_sam
 
 
 def cut_changes(config, steps: int) -> dict[str, Any]:
-    """The changes of a CPU dry run: :data:`CUT`, ``steps`` steps, one evaluation at the end, nothing saved, and
+    """The changes of a CPU dry run: :data:`CUT`, ``steps`` steps, one evaluation at the end, nothing saved (no
+    checkpoint either: the trainer's ``final_checkpoint`` is off in a dry run), and
     no warm-up where the config's would outlast the steps (the trainer would warn of a cut the dry run made)."""
     changes: dict[str, Any] = {k: v for k, v in CUT.items() if getattr(config, k) > v}
     changes.update(steps=steps, max_rollouts=0, eval_every=steps, eval_every_rollouts=0, checkpoint_every=0,

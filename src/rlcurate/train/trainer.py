@@ -127,6 +127,9 @@ class Trainer:
                                                        check_model=model is None or tokenizer is None)
         if dry:
             coin_reward(task)
+        self.final_checkpoint = not dry
+        """Whether :meth:`run` ends by writing the checkpoint a later run resumes from. A dry run or a replay, which
+        nothing resumes, sets it ``False`` (a 135M-parameter model's checkpoint with its optimizer is 1.6 GB)."""
         self.out = Path(config.out_dir)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -488,7 +491,8 @@ class Trainer:
         with catch_stop_signals() as stop:
             self._loop(bar, stop)
         bar.close()
-        self.save_checkpoint()
+        if self.final_checkpoint:
+            self.save_checkpoint()
         if c.save_model:
             self.save_final_model()
         evals = [r for r in self.metrics.read() if "eval/accuracy" in r]
