@@ -13,6 +13,7 @@ from rlcurate.stats import (
     escalation_cost_from_coverage,
     gvm_allocation,
     optimal_allocation,
+    plug_in_allocation_ratio,
     round_preserving_sum,
     variance_coefficients,
 )
@@ -186,3 +187,16 @@ def test_cross_fitted_allocation_ratio_refuses_bad_input():
         cross_fitted_allocation_ratio(np.full((4, 8), 0.5), 6, False)
     with pytest.raises(ValueError, match="alloc_runs"):
         cross_fitted_allocation_ratio(np.zeros((4, 8)), 7, False)
+
+
+def test_plug_in_allocation_ratio_by_hand():
+    # prompt 0's two runs both failed: the plug-in gives it n_min = 2, prompt 1 (one success) the other 14;
+    # scored with the exact p (1 - p) of p = 0.1 and 0.5
+    scores = np.array([[0, 0], [1, 0]])
+    expected = (0.09 / 2 + 0.25 / 14) / ((0.09 + 0.25) / 8)
+    assert plug_in_allocation_ratio([0.1, 0.5], scores, batch=2, per_prompt=8) == pytest.approx(expected)
+    n = optimal_allocation([0.25, 0.5], 16, "linear", n_min=2)  # smoothed: 1/4 and 2/4
+    smoothed = plug_in_allocation_ratio([0.1, 0.5], scores, smoothed=True, batch=2, per_prompt=8)
+    assert smoothed == pytest.approx((0.09 / n[0] + 0.25 / n[1]) / ((0.09 + 0.25) / 8)) and smoothed < expected
+    with pytest.raises(ValueError, match="one row per pass rate"):
+        plug_in_allocation_ratio([0.1, 0.5, 0.2], scores)

@@ -21,6 +21,7 @@ from rlcurate.stats.allocation import (
     escalation_cost_from_coverage,
     gvm_allocation,
     optimal_allocation,
+    plug_in_allocation_ratio,
     round_preserving_sum,
     variance_coefficients,
 )

@@ -44,6 +44,7 @@ __all__ = [
     "escalation_cost",
     "escalation_cost_from_coverage",
     "cross_fitted_allocation_ratio",
+    "plug_in_allocation_ratio",
 ]
 
 
@@ -355,9 +356,7 @@ def cross_fitted_allocation_ratio(scores, alloc_runs: int, smoothed: bool, passe
         held_out = [(a, b) for a in range(n_runs) for b in range(a + 1, n_runs)]
     if not 1 <= alloc_runs <= n_runs - 2:
         raise ValueError(f"alloc_runs must be between 1 and {n_runs - 2} (two runs are held out), got {alloc_runs}")
-    order = np.random.default_rng(seed)
-    steps = np.concatenate([order.permutation(n_prompts)[:n_prompts // batch * batch].reshape(-1, batch)
-                            for _ in range(passes)])
+    steps = _pass_steps(n_prompts, batch, passes, seed)
     rule, uniform = np.zeros(n_prompts), np.zeros(n_prompts)  # each prompt's share of the two sums
     by_agreement = np.zeros((2, 2))  # [runs agreed, not] x [rule, uniform]
     for held in held_out:
@@ -378,3 +377,32 @@ def cross_fitted_allocation_ratio(scores, alloc_runs: int, smoothed: bool, passe
         agreed, others = by_agreement[:, 0] / by_agreement[:, 1]
     return {"ratio": float(rule.sum() / uniform.sum()), "low": float(low), "high": float(high),
             "agreed": float(agreed), "others": float(others)}
+
+
+def plug_in_allocation_ratio(pass_rates, scores, smoothed: bool = False, passes: int = 1, batch: int = 16,
+                             per_prompt: int = 8, n_min: int = 2, seed: int = 0) -> float:
+    """V(rule) / V(uniform) of the linear objective's idealised within-prompt variance with the exact
+    ``pass_rates`` p_i, the rule (:func:`optimal_allocation`) allocating from the plug-in k/K of all of a prompt's
+    K runs in ``scores`` (Beta(1, 1)-smoothed where ``smoothed``): what an allocation read from an audit of K runs
+    does, where the pass rates are known (a simulated pool; chapter 3, *On the models*). Steps as in
+    :func:`cross_fitted_allocation_ratio`, which estimates such a ratio where they are not."""
+    p = np.asarray(pass_rates, dtype=float)
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 2 or scores.shape[0] != p.size:
+        raise ValueError(f"scores must be a prompts x runs array with one row per pass rate ({p.size}), got "
+                         f"shape {scores.shape}")
+    k, runs = scores.sum(axis=1), scores.shape[1]
+    p_alloc = smooth_pass_rate(k, runs) if smoothed else k / runs
+    variance = p * (1 - p)
+    rule = uniform = 0.0
+    for idx in _pass_steps(p.size, batch, passes, seed):
+        n = optimal_allocation(p_alloc[idx], per_prompt * batch, "linear", n_min=n_min)
+        rule, uniform = rule + np.sum(variance[idx] / n), uniform + np.sum(variance[idx]) / per_prompt
+    return float(rule / uniform)
+
+
+def _pass_steps(n_prompts: int, batch: int, passes: int, seed: int) -> np.ndarray:
+    """The steps' prompt indices (one row a step) of ``passes`` random passes over a pool, ``batch`` a step."""
+    order = np.random.default_rng(seed)
+    return np.concatenate([order.permutation(n_prompts)[:n_prompts // batch * batch].reshape(-1, batch)
+                           for _ in range(passes)])
