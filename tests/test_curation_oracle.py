@@ -138,3 +138,29 @@ def test_between_audits_oracle_selection_takes_each_prompt_once_in_signal_order(
     exact = SimTrainer(world, build_curator("oracle_select"), prompts_per_step=8, group_size=8, seed=0)
     ctx = exact.context()
     assert exact.curator.select(ctx) == exact.curator.select(ctx)  # re-audited: the same best prompts again
+
+
+def test_oracle_alloc_can_allocate_from_smoothed_audits():
+    """``smoothed``: audited shares k / runs enter the rule as (k + 1) / (runs + 2) (chapter 3); exact pass rates
+    are used as they are."""
+    from rlcurate.stats.objectives import smooth_pass_rate
+
+    world = SoftmaxWorld.make(n_prompts=200, seed=2)
+    sizes = {}
+    for smoothed in (False, True):
+        tr = SimTrainer(world, build_curator("oracle_alloc", exact=False, runs=8, refresh=1, smoothed=smoothed),
+                        prompts_per_step=16, group_size=8, seed=0)
+        ctx = tr.context()
+        indices = tr.curator.select(ctx)
+        groups = tr.curator.rollout(ctx, indices)
+        k = np.rint(tr.curator.sampler.oracle.p[indices] * 8)
+        assert np.allclose(k / 8, tr.curator.sampler.oracle.p[indices])  # the audit's shares of 8 runs
+        p_rule = smooth_pass_rate(k, 8) if smoothed else k / 8
+        sizes[smoothed] = [g.size for g in groups]
+        assert sizes[smoothed] == optimal_allocation(p_rule, 128, "linear", n_min=2).tolist()
+    assert sizes[True] != sizes[False]
+    exact = SimTrainer(world, build_curator("oracle_alloc", smoothed=True), prompts_per_step=8, group_size=8, seed=0)
+    ctx = exact.context()
+    indices = exact.curator.select(ctx)
+    groups = exact.curator.rollout(ctx, indices)
+    assert [g.size for g in groups] == optimal_allocation(ctx.oracle_pass_rates(indices), 64, "linear", n_min=2).tolist()

@@ -29,7 +29,9 @@ what estimating p costs it, with that rule.
   prompts by chapter 3's variance-optimal rule from their true p, n_i proportional to
   f'(p_i) sqrt(p_i (1 - p_i)) (:func:`rlcurate.stats.allocation.optimal_allocation`), at least
   ``n_min`` = 2 each (one rollout has no group-relative advantage). The default objective is the
-  linear one, the mean pass rate that held-out accuracy measures.
+  linear one, the mean pass rate that held-out accuracy measures. Audited pass rates enter the rule as
+  shares k / runs, or Beta(1, 1)-smoothed with ``smoothed=True`` (chapter 3 finds the share from a few runs
+  makes the rule noisier than uniform).
 
 On a language model the pool is audited every ``refresh`` steps with ``runs`` uncharged rollouts per
 prompt; between audits the estimates go stale. Both the audit's rollouts (``curation/oracle_rollouts``)
@@ -46,7 +48,7 @@ import numpy as np
 from rlcurate.curation.base import Curator, Group, Sampler, Selector, StepContext
 from rlcurate.curation.registry import StrategyConfig, register
 from rlcurate.stats.allocation import optimal_allocation
-from rlcurate.stats.objectives import get_objective, grpo_effective_weight
+from rlcurate.stats.objectives import get_objective, grpo_effective_weight, smooth_pass_rate
 
 __all__ = ["OracleEstimates", "OracleSelector", "OracleAllocationSampler", "expected_signal"]
 
@@ -143,13 +145,14 @@ class OracleSelector(Selector):
 
 class OracleAllocationSampler(Sampler):
     """B * ``per_prompt`` rollouts split among the selected prompts by the variance-optimal rule from
-    their true pass rates, at least ``n_min`` each (see the module docstring)."""
+    their true pass rates, at least ``n_min`` each (see the module docstring); with ``smoothed``, audited
+    rates enter the rule Beta(1, 1)-smoothed."""
 
     name = "oracle_alloc"
     uses_oracle = True
 
     def __init__(self, objective: str = "linear", n_min: int = 2, per_prompt: int | None = None,
-                 refresh: int = 5, runs: int = 8, exact: bool = True):
+                 refresh: int = 5, runs: int = 8, exact: bool = True, smoothed: bool = False):
         get_objective(objective)  # a ValueError naming the objective
         if isinstance(n_min, bool) or not isinstance(n_min, (int, np.integer)) or n_min < 1:
             raise ValueError(f"n_min must be an integer >= 1, got {n_min!r}")
@@ -159,6 +162,7 @@ class OracleAllocationSampler(Sampler):
         self.objective, self.n_min = objective, int(n_min)
         self.per_prompt = None if per_prompt is None else int(per_prompt)
         self.oracle = OracleEstimates(refresh, runs, exact)
+        self.smoothed = bool(smoothed)
         self.last: dict = {}
 
     def rollout(self, ctx: StepContext, indices: list[int]) -> list[Group]:
@@ -166,6 +170,8 @@ class OracleAllocationSampler(Sampler):
         if per < self.n_min:
             raise ValueError(f"the rollouts per prompt ({per}) are fewer than n_min ({self.n_min})")
         p = np.nan_to_num(self.oracle.current(ctx)[indices], nan=0.5)
+        if self.smoothed and not (self.oracle.exact and ctx.knows_pass_rates):  # shares of `runs` audit rollouts
+            p = smooth_pass_rate(np.rint(p * self.oracle.runs), self.oracle.runs)
         n = optimal_allocation(p, per * len(indices), self.objective, n_min=self.n_min)
         self.last = {"max": int(n.max()), "min": int(n.min())}
         return ctx.generate(indices, [int(k) for k in n])
@@ -215,7 +221,12 @@ class OracleAllocConfig(OracleConfig):
     """The objective f whose gradient's variance is minimised (``linear``: the mean pass rate)."""
     n_min: int = 2
     """Rollouts every selected prompt gets at least (one has no group-relative advantage)."""
+    smoothed: bool = False
+    """Where the pass rates are audited (a language model, or ``exact=False``): allocate from the Beta(1, 1)-smoothed
+    (k + 1) / (runs + 2) of each audit instead of its share k / runs, which starves the prompts whose runs all agree
+    (chapter 3, *On the models*: the plug-in from 8 runs made the rule noisier than uniform on the tiny model's main
+    pool). Chapter 11's runs used the share."""
 
     def build(self) -> Curator:
         return Curator(Selector(), OracleAllocationSampler(self.objective, self.n_min, None, self.refresh, self.runs,
-                                                           self.exact), name=self.name)
+                                                           self.exact, self.smoothed), name=self.name)
