@@ -1,5 +1,5 @@
 """Coverage of the bootstrap interval of :func:`rlcurate.stats.cross_fitted_allocation_ratio` (chapter 3, *On the
-models*), in the setting of the chapter's smoke profile (every fourth held-out pair, one pass over the pool).
+models*), in the setting of the chapter's synthetic pools (every fourth held-out pair, one pass over the pool).
 
 Synthetic pools with known pass rates, the Beta(1, 1)-smoothed rates of the tiny model's main-pool audit, draw 8
 pass/fail runs per prompt. The target is what the interval estimates: the same allocations (from the same
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rlcurate.stats import cross_fitted_allocation_ratio, optimal_allocation, smooth_pass_rate
+from rlcurate.stats import cross_fitted_allocation_ratio, plug_in_allocation_ratio, smooth_pass_rate
 
 REPO = Path(__file__).resolve().parents[1]
 HELD_OUT = list(itertools.combinations(range(8), 2))[::4]
-BATCH, PER_PROMPT, N_MIN, ALLOC_RUNS = 16, 8, 2, 6
+ALLOC_RUNS = 6
 
 
 def audit_pass_rates(name="spread_train48"):
@@ -34,18 +34,11 @@ def audit_pass_rates(name="spread_train48"):
 
 
 def exact_ratio(scores, p_true, smoothed):
-    """The estimand: the allocations cross_fitted_allocation_ratio makes, scored with the exact p (1 - p)."""
-    steps = np.random.default_rng(0).permutation(len(p_true))[:len(p_true) // BATCH * BATCH].reshape(-1, BATCH)
-    var = p_true * (1 - p_true)
-    rule = uniform = 0.0
-    for held in HELD_OUT:
-        kept = [j for j in range(scores.shape[1]) if j not in held][:ALLOC_RUNS]
-        k = scores[:, kept].sum(axis=1)
-        p_alloc = smooth_pass_rate(k, ALLOC_RUNS) if smoothed else k / ALLOC_RUNS
-        for idx in steps:
-            n = optimal_allocation(p_alloc[idx], PER_PROMPT * BATCH, "linear", n_min=N_MIN)
-            rule, uniform = rule + np.sum(var[idx] / n), uniform + np.sum(var[idx]) / PER_PROMPT
-    return rule / uniform
+    """The estimand: the allocations cross_fitted_allocation_ratio makes (from the runs each held-out pair leaves),
+    scored with the exact p (1 - p); every pair's uniform sum is the same, so the mean of the pairs' ratios."""
+    return float(np.mean([plug_in_allocation_ratio(p_true, scores[:, [j for j in range(scores.shape[1])
+                                                                       if j not in held][:ALLOC_RUNS]], smoothed)
+                          for held in HELD_OUT]))
 
 
 def main():

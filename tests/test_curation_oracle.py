@@ -159,6 +159,13 @@ def test_oracle_alloc_can_allocate_from_smoothed_audits():
         sizes[smoothed] = [g.size for g in groups]
         assert sizes[smoothed] == optimal_allocation(p_rule, 128, "linear", n_min=2).tolist()
     assert sizes[True] != sizes[False]
+    # a prompt the audit got no completion for (NaN) enters at 1/2, smoothed or not
+    sampler = tr.curator.sampler
+    sampler.oracle.p[indices[0]] = np.nan
+    sampler.oracle.audited_at, sampler.oracle.refresh = ctx.step, 10**6  # no new audit
+    k = np.rint(np.nan_to_num(sampler.oracle.p[indices]) * 8)
+    p_rule = np.where(np.isnan(sampler.oracle.p[indices]), 0.5, smooth_pass_rate(k, 8))
+    assert [g.size for g in sampler.rollout(ctx, indices)] == optimal_allocation(p_rule, 128, "linear", n_min=2).tolist()
     exact = SimTrainer(world, build_curator("oracle_alloc", smoothed=True), prompts_per_step=8, group_size=8, seed=0)
     ctx = exact.context()
     indices = exact.curator.select(ctx)

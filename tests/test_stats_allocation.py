@@ -183,10 +183,16 @@ def test_cross_fitted_allocation_ratio_is_one_when_the_rule_is_uniform():
 
 
 def test_cross_fitted_allocation_ratio_refuses_bad_input():
-    with pytest.raises(ValueError, match="0 and 1"):
-        cross_fitted_allocation_ratio(np.full((4, 8), 0.5), 6, False)
-    with pytest.raises(ValueError, match="alloc_runs"):
-        cross_fitted_allocation_ratio(np.zeros((4, 8)), 7, False)
+    scores = np.tile([1, 0, 1, 0, 0, 1, 1, 0], (32, 1))
+    for args, kwargs, message in [
+            ((np.full((4, 8), 0.5), 6, False), {}, "0 and 1"),
+            ((scores, 7, False), {}, "alloc_runs"), ((scores, 2.5, False), {}, "alloc_runs"),
+            ((scores, 6, False), {"held_out": [(0, 0)]}, "held_out"), ((scores, 6, False), {"held_out": []}, "held_out"),
+            ((scores, 6, False), {"held_out": [(0, 9)]}, "held_out"),
+            ((scores, 6, False), {"batch": 64}, "batch"), ((scores, 6, False), {"batch": 0}, "batch"),
+            ((scores, 6, False), {"passes": 0}, "passes"), ((np.zeros((32, 8)), 6, False), {}, "no held-out pair")]:
+        with pytest.raises(ValueError, match=message):
+            cross_fitted_allocation_ratio(*args, **kwargs)
 
 
 def test_plug_in_allocation_ratio_by_hand():
@@ -200,3 +206,9 @@ def test_plug_in_allocation_ratio_by_hand():
     assert smoothed == pytest.approx((0.09 / n[0] + 0.25 / n[1]) / ((0.09 + 0.25) / 8)) and smoothed < expected
     with pytest.raises(ValueError, match="one row per pass rate"):
         plug_in_allocation_ratio([0.1, 0.5, 0.2], scores)
+    with pytest.raises(ValueError, match="pass_rates"):
+        plug_in_allocation_ratio([0.1, 1.5], scores, batch=2)
+    with pytest.raises(ValueError, match="0 and 1"):
+        plug_in_allocation_ratio([0.1, 0.5], [[0.5, 0], [1, 0]], batch=2)
+    with pytest.raises(ValueError, match="no variance"):
+        plug_in_allocation_ratio([0.0, 1.0], scores, batch=2)

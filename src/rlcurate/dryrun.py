@@ -114,8 +114,7 @@ def _dry_run(config, config_path, changes: dict[str, Any], work: Path, tok_dir: 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t1 = time.perf_counter()
-    trainer = Trainer(config, task=task, curator=curator)
-    trainer.final_checkpoint = False  # nothing resumes a dry run
+    trainer = Trainer(config, task=task, curator=curator, final_checkpoint=False)  # nothing resumes a dry run
     summary = trainer.run()
     t_run = time.perf_counter() - t1
     peak = (torch.cuda.max_memory_allocated() if cuda

@@ -70,7 +70,7 @@ def load_fixture(path: str | Path) -> dict[str, Any]:
 
 def _replay_config(result: dict[str, Any], steps: int, scratch: Path, threads: int | None) -> TrainConfig:
     data = {**result["config"], "out_dir": str(Path(scratch) / f"{result['suite']}_{result['run']}_s{result['seed']}"),
-            "steps": int(steps), "resume": False, "progress": False, "checkpoint_every": 0,
+            "steps": int(steps), "resume": False, "progress": False, "checkpoint_every": 0, "save_model": False,
             "eval_every": 0, "eval_every_rollouts": 0}
     if threads:
         data["threads"] = int(threads)
@@ -94,8 +94,7 @@ def _train(config: TrainConfig, wrap: Callable) -> tuple[list[dict[str, Any]], A
     from rlcurate.train import Trainer
 
     with _restored_threads():
-        trainer = Trainer(config)
-        trainer.final_checkpoint = False  # nothing resumes a replay
+        trainer = Trainer(config, final_checkpoint=False)  # nothing resumes a replay
         engine = wrap(trainer.engine)
         trainer.engine = trainer.policy.engine = engine
         trainer.run()

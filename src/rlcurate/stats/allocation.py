@@ -348,14 +348,15 @@ def cross_fitted_allocation_ratio(scores, alloc_runs: int, smoothed: bool, passe
     allocation's estimate is not scored against itself. Averaged over the ``held_out`` pairs of runs (default:
     every pair). Returns the ratio, a 95% bootstrap interval over prompts (``low``, ``high``), and the ratio on the
     prompts whose runs the rule read all agreed (``agreed``: all failed or all solved) and on the ``others``."""
-    scores = np.asarray(scores, dtype=float)
-    if scores.ndim != 2 or not np.isin(scores, (0.0, 1.0)).all():
-        raise ValueError("scores must be a prompts x runs array of 0 and 1")
+    scores = _pass_fail(scores)
     n_prompts, n_runs = scores.shape
     if held_out is None:
         held_out = [(a, b) for a in range(n_runs) for b in range(a + 1, n_runs)]
-    if not 1 <= alloc_runs <= n_runs - 2:
-        raise ValueError(f"alloc_runs must be between 1 and {n_runs - 2} (two runs are held out), got {alloc_runs}")
+    held_out = [tuple(pair) for pair in held_out]
+    if not held_out or any(len(pair) != 2 or pair[0] == pair[1] or not all(0 <= j < n_runs for j in pair)
+                           for pair in held_out):
+        raise ValueError(f"held_out must list pairs of two distinct runs in 0..{n_runs - 1}, got {held_out!r}")
+    alloc_runs = as_int(alloc_runs, "alloc_runs", 1, n_runs - 2)  # two runs are held out
     steps = _pass_steps(n_prompts, batch, passes, seed)
     rule, uniform = np.zeros(n_prompts), np.zeros(n_prompts)  # each prompt's share of the two sums
     by_agreement = np.zeros((2, 2))  # [runs agreed, not] x [rule, uniform]
@@ -371,6 +372,8 @@ def cross_fitted_allocation_ratio(scores, alloc_runs: int, smoothed: bool, passe
             agreed = (k[idx] == 0) | (k[idx] == len(kept))
             for row, mask in enumerate((agreed, ~agreed)):
                 by_agreement[row] += [np.sum(var_unbiased[idx][mask] / n[mask]), np.sum(var_unbiased[idx][mask]) / per_prompt]
+    if uniform.sum() == 0:
+        raise ValueError("no held-out pair of runs disagrees on any prompt: the audit shows no variance to allocate")
     boot = np.random.default_rng(seed + 1).integers(0, n_prompts, (resamples, n_prompts))
     low, high = np.percentile(rule[boot].sum(axis=1) / uniform[boot].sum(axis=1), [2.5, 97.5])
     with np.errstate(invalid="ignore"):  # no prompt in a class: nan
@@ -386,11 +389,10 @@ def plug_in_allocation_ratio(pass_rates, scores, smoothed: bool = False, passes:
     K runs in ``scores`` (Beta(1, 1)-smoothed where ``smoothed``): what an allocation read from an audit of K runs
     does, where the pass rates are known (a simulated pool; chapter 3, *On the models*). Steps as in
     :func:`cross_fitted_allocation_ratio`, which estimates such a ratio where they are not."""
-    p = np.asarray(pass_rates, dtype=float)
-    scores = np.asarray(scores, dtype=float)
-    if scores.ndim != 2 or scores.shape[0] != p.size:
-        raise ValueError(f"scores must be a prompts x runs array with one row per pass rate ({p.size}), got "
-                         f"shape {scores.shape}")
+    p = as_probability(pass_rates, "pass_rates").ravel()
+    scores = _pass_fail(scores)
+    if scores.shape[0] != p.size:
+        raise ValueError(f"scores must have one row per pass rate ({p.size}), got {scores.shape[0]}")
     k, runs = scores.sum(axis=1), scores.shape[1]
     p_alloc = smooth_pass_rate(k, runs) if smoothed else k / runs
     variance = p * (1 - p)
@@ -398,11 +400,23 @@ def plug_in_allocation_ratio(pass_rates, scores, smoothed: bool = False, passes:
     for idx in _pass_steps(p.size, batch, passes, seed):
         n = optimal_allocation(p_alloc[idx], per_prompt * batch, "linear", n_min=n_min)
         rule, uniform = rule + np.sum(variance[idx] / n), uniform + np.sum(variance[idx]) / per_prompt
+    if uniform == 0:
+        raise ValueError("every pass rate is 0 or 1: no variance to allocate")
     return float(rule / uniform)
 
 
 def _pass_steps(n_prompts: int, batch: int, passes: int, seed: int) -> np.ndarray:
     """The steps' prompt indices (one row a step) of ``passes`` random passes over a pool, ``batch`` a step."""
+    batch = as_int(batch, "batch", 1, n_prompts)
+    passes = as_int(passes, "passes", 1)
     order = np.random.default_rng(seed)
     return np.concatenate([order.permutation(n_prompts)[:n_prompts // batch * batch].reshape(-1, batch)
                            for _ in range(passes)])
+
+
+def _pass_fail(scores) -> np.ndarray:
+    """``scores`` as a float prompts x runs array of 0 and 1, or a ValueError."""
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 2 or not np.isin(scores, (0.0, 1.0)).all():
+        raise ValueError("scores must be a prompts x runs array of 0 and 1")
+    return scores

@@ -113,7 +113,7 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, task=None,
-                 curator: Curator | None = None, ref_model=None):
+                 curator: Curator | None = None, ref_model=None, final_checkpoint: bool = True):
         from rlcurate.models.dry_run import dry_run_model
         from rlcurate.train.dry_run import coin_reward, dry_run_config
         from rlcurate.train.preflight import preflight
@@ -127,9 +127,9 @@ class Trainer:
                                                        check_model=model is None or tokenizer is None)
         if dry:
             coin_reward(task)
-        self.final_checkpoint = not dry
-        """Whether :meth:`run` ends by writing the checkpoint a later run resumes from. A dry run or a replay, which
-        nothing resumes, sets it ``False`` (a 135M-parameter model's checkpoint with its optimizer is 1.6 GB)."""
+        self.final_checkpoint = bool(final_checkpoint) and not dry
+        """Whether :meth:`run` ends by writing the checkpoint a later run resumes from. Off for a dry run or a replay,
+        which nothing resumes (a 135M-parameter model's checkpoint with its optimizer is 1.6 GB)."""
         self.out = Path(config.out_dir)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -414,6 +414,8 @@ class Trainer:
         and AdamW's two moments (``torch.save`` writes them whole), and :meth:`TrainConfig.out_dir_need` says how
         many are on disk at once. Otherwise the run would stop at a checkpoint having trained for nothing since
         the last one."""
+        if not (self.final_checkpoint or self.config.checkpoint_every or self.config.save_model):
+            return  # the run writes nothing there
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         checkpoint = weights + 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
         resumed = any((self.out / n).exists() for n in ("checkpoint", "checkpoint.old"))  # after _own_folder
