@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlcurate.audit.summary import load_audit
 from rlcurate.stats import cross_fitted_allocation_ratio, plug_in_allocation_ratio, smooth_pass_rate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,11 +27,9 @@ ALLOC_RUNS = 6
 
 
 def audit_pass_rates(name="spread_train48"):
-    runs = [json.loads(line) for line in (REPO / "data" / "audits" / name / "runs.jsonl").read_text().splitlines()]
-    k = np.zeros(1 + max(r["index"] for r in runs))
-    for r in runs:
-        k[r["index"]] += r["score"]
-    return smooth_pass_rate(k, 8)
+    """The audit's Beta(1, 1)-smoothed pass rates, one a prompt (chapter 4's reader)."""
+    scores = load_audit(REPO / "data" / "audits" / name).scores
+    return smooth_pass_rate(np.array([s.sum() for s in scores]), np.array([s.size for s in scores]))
 
 
 def exact_ratio(scores, p_true, smoothed):

@@ -365,8 +365,7 @@ def cross_fitted_allocation_ratio(scores, alloc_runs: int, smoothed: bool, passe
         k = scores[:, kept].sum(axis=1)
         p_alloc = smooth_pass_rate(k, len(kept)) if smoothed else k / len(kept)
         var_unbiased = 0.5 * (scores[:, held[0]] != scores[:, held[1]])
-        for idx in steps:
-            n = optimal_allocation(p_alloc[idx], per_prompt * batch, "linear", n_min=n_min)
+        for idx, n in _allocated_steps(p_alloc, steps, per_prompt, n_min):
             rule[idx] += var_unbiased[idx] / n
             uniform[idx] += var_unbiased[idx] / per_prompt
             agreed = (k[idx] == 0) | (k[idx] == len(kept))
@@ -397,8 +396,7 @@ def plug_in_allocation_ratio(pass_rates, scores, smoothed: bool = False, passes:
     p_alloc = smooth_pass_rate(k, runs) if smoothed else k / runs
     variance = p * (1 - p)
     rule = uniform = 0.0
-    for idx in _pass_steps(p.size, batch, passes, seed):
-        n = optimal_allocation(p_alloc[idx], per_prompt * batch, "linear", n_min=n_min)
+    for idx, n in _allocated_steps(p_alloc, _pass_steps(p.size, batch, passes, seed), per_prompt, n_min):
         rule, uniform = rule + np.sum(variance[idx] / n), uniform + np.sum(variance[idx]) / per_prompt
     if uniform == 0:
         raise ValueError("every pass rate is 0 or 1: no variance to allocate")
@@ -412,6 +410,13 @@ def _pass_steps(n_prompts: int, batch: int, passes: int, seed: int) -> np.ndarra
     order = np.random.default_rng(seed)
     return np.concatenate([order.permutation(n_prompts)[:n_prompts // batch * batch].reshape(-1, batch)
                            for _ in range(passes)])
+
+
+def _allocated_steps(p_alloc: np.ndarray, steps: np.ndarray, per_prompt: int, n_min: int):
+    """Each step's prompt indices and the rollouts :func:`optimal_allocation` (linear objective) gives them from
+    the pass rates ``p_alloc``, ``per_prompt`` a prompt on average, at least ``n_min``."""
+    for idx in steps:
+        yield idx, optimal_allocation(p_alloc[idx], per_prompt * len(idx), "linear", n_min=n_min)
 
 
 def _pass_fail(scores) -> np.ndarray:
