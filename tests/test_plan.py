@@ -349,7 +349,7 @@ def test_chapter_dry_run_switch_cuts_gpu_configs_and_loads_random_real_architect
     cfg = TrainConfig.load(REPO / "configs" / "gpu_ada_seq_qwen25_math_15b.yaml")
     cut = dry_run_config(cfg)
     assert cfg.steps == 100 and cfg.device == "cuda"  # the original is untouched
-    assert cut.steps == 2 and cut.device == "auto" and cut.max_new_tokens == 16 and cut.prompts_per_step == 2
+    assert cut.steps == 2 and cut.device == "auto" and cut.max_new_tokens == 8 and cut.prompts_per_step == 2
     assert Path(cut.out_dir).resolve().is_relative_to(tmp_path.resolve()) and cut.out_dir != cfg.out_dir
     assert cut.strategy == cfg.strategy and cut.strategy_kwargs == cfg.strategy_kwargs and cut.lr == cfg.lr
     folder = Path(cut.model)

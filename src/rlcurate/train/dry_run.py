@@ -11,7 +11,7 @@ from rlcurate.models.dry_run import dry_run_model
 __all__ = ["CUT", "cut_changes", "dry_run_config", "coin_reward"]
 
 # The cut-down settings of a CPU dry run: one prompt-group pair per step, short completions.
-CUT = {"prompts_per_step": 2, "max_new_tokens": 16, "eval_prompts": 2, "eval_samples": 1,
+CUT = {"prompts_per_step": 2, "max_new_tokens": 8, "eval_prompts": 2, "eval_samples": 1,
        "micro_batch_tokens": 4096, "gen_token_budget": 8192}
 
 
