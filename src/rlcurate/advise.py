@@ -939,9 +939,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "uniform GRPO that skips them against DAPO and GRESO; sparse: only rollouts with a non-zero "
                          "advantage are trained (this package's trainer)")
     ap.add_argument("--seeds", type=int, default=None,
-                    help="paired seeds of the simulation (default 4: about 20 s, or a minute with --oracle-every, on a "
-                         "2-core CPU; what chapter 11's check of its predictions used; 8 or 16 narrow the intervals, "
-                         "in proportion to the time)")
+                    help="paired seeds of the simulation (default 4, what chapter 11's check of its predictions used: "
+                         "under half a minute for a 432-prompt audit on a 2-core CPU, a minute with --oracle-every; "
+                         "8 or 16 narrow the intervals and take longer)")
     ap.add_argument("--close-gap", type=float, default=None,
                     help=f"the simulation's target: the start's held-out pass rate plus this share of its gap to 1 "
                          f"(default {SIM_CLOSE_GAP:g})")
