@@ -170,10 +170,11 @@ class OracleAllocationSampler(Sampler):
         if per < self.n_min:
             raise ValueError(f"the rollouts per prompt ({per}) are fewer than n_min ({self.n_min})")
         p = self.oracle.current(ctx)[indices]
+        unaudited = np.isnan(p)  # a prompt the audit got no completion for: allocated as if p were 0.5
+        p = np.where(unaudited, 0.0, p)
         if self.smoothed and not (self.oracle.exact and ctx.knows_pass_rates):  # shares of `runs` audit rollouts
-            p = np.where(np.isnan(p), np.nan, smooth_pass_rate(np.rint(np.nan_to_num(p) * self.oracle.runs),
-                                                               self.oracle.runs))
-        p = np.nan_to_num(p, nan=0.5)  # a prompt the audit got no completion for
+            p = smooth_pass_rate(np.rint(p * self.oracle.runs), self.oracle.runs)
+        p = np.where(unaudited, 0.5, p)
         n = optimal_allocation(p, per * len(indices), self.objective, n_min=self.n_min)
         self.last = {"max": int(n.max()), "min": int(n.min())}
         return ctx.generate(indices, [int(k) for k in n])
