@@ -39,7 +39,7 @@ PROFILE ?= cpu
 # each runs one thread (conftest.py). TEST_WORKERS=0 runs the tests in this process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
-.PHONY: setup book test notebooks clean-book help
+.PHONY: setup environment book test notebooks clean-book help
 
 help:
 	@echo "make book       build the whole book (executes every chapter, profile $(PROFILE)) into _build/html"
@@ -64,8 +64,13 @@ $(VERL_CURRENT)/.installed: $(STAMP) Makefile
 	$(call compile_bytecode,$(VERL_CURRENT))
 	@touch $@
 
-setup: $(STAMP) $(VERL_CURRENT)/.installed
-	@bash scripts/ensure_chromium.sh
+# Chromium's Debian packages (for the browser test) are installed in the background while the environment is built.
+setup:
+	@log=$$(mktemp); bash scripts/ensure_chromium.sh >$$log 2>&1 & pid=$$!; \
+	$(MAKE) --no-print-directory environment; rc=$$?; wait $$pid; cat $$log; rm -f $$log; exit $$rc
+
+environment: $(STAMP) $(VERL_CURRENT)/.installed
+	@:
 
 book: setup
 	RLCURATE_PROFILE=$${RLCURATE_PROFILE:-$(PROFILE)} $(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
