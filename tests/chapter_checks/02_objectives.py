@@ -34,3 +34,17 @@ def check(records):
     assert records["hybrid_check"]["cosine"] > 0.999
     assert records["log_weight_share_below_005"] > 0.7
     assert 6.9 < records["plug_in_log_ceiling"] <= 7 + 1e-9
+    # on the models (committed audits, no sampling): the shares and split-half changes the text quotes
+    on = records["on_models"]
+    quoted = {"tiny model": {"linear": 31.5, "arcsine": 38.9, "power (α = 0.5)": 50.2, "log": 67.3,
+                             "GRPO, G = 8 (exact)": 34.5},
+              "SmolLM2-135M": {"linear": 49.5, "arcsine": 55.7, "power (α = 0.5)": 68.5, "log": 81.5,
+                               "GRPO, G = 8 (exact)": 52.1}}
+    for model, shares in quoted.items():
+        rows = on[model]["objectives"]
+        assert all(abs(100 * rows[o]["share_all_wrong"] - v) < 0.05 for o, v in shares.items()), model
+    changes = {"tiny model": (8.0, 22.4), "SmolLM2-135M": (5.3, 14.7)}  # arcsine, log
+    for model, (arc, log) in changes.items():
+        rows = on[model]["objectives"]
+        assert abs(100 * rows["arcsine"]["split_half_rel_diff"] - arc) < 0.05
+        assert abs(100 * rows["log"]["split_half_rel_diff"] - log) < 0.05
