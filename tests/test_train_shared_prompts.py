@@ -47,6 +47,33 @@ def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(tiny_mode
         assert torch.allclose(ga, gb, atol=1e-6, rtol=1e-4)
 
 
+def _nodes_named(tensor, name):
+    """How many nodes of ``tensor``'s backward graph are of type ``name``."""
+    seen, stack, count = set(), [tensor.grad_fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        count += type(node).__name__ == name
+        stack.extend(n for n, _ in node.next_functions)
+    return count
+
+
+def test_the_shared_layout_looks_the_embedding_matrix_up_once(tiny_model_and_tokenizer):
+    """Three decoder calls (a common prefix, the prompts, the completions), one dense embedding gradient: the
+    backward graph holds one embedding lookup, and without gradients the module is left as it was."""
+    model, tok = tiny_model_and_tokenizer
+    model.train()
+    prefix = list(range(4, 20))  # 16 tokens every prompt begins with: encoded once
+    samples = [TrainSample(prefix + p, c, 1.0) for p, c in [([21, 22], [23, 24, 25]), ([26], [27, 28])] * 2]
+    logp, mask, _ = forward_logprobs(model, samples, 1.0, tok.pad_token_id)
+    assert _nodes_named(logp, "EmbeddingBackward0") == 1
+    unshared, _, _ = forward_logprobs(model, samples, 1.0, tok.pad_token_id, share_prompts=False)
+    assert torch.allclose(logp[mask], unshared[mask], atol=1e-5)
+    assert not model.get_input_embeddings()._forward_hooks  # the lookup's hook is gone after the call
+
+
 def test_sharing_is_skipped_when_it_cannot_help_or_be_exact(tiny_model_and_tokenizer):
     model, _ = tiny_model_and_tokenizer
     distinct = [TrainSample([5, 6, 7], [8], 0.0), TrainSample([5, 6], [9], 0.0)]

@@ -17,6 +17,7 @@ vocabulary the fp32 log-softmax of one position is 0.6 MB, so a micro-batch of 2
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import numpy as np
@@ -190,27 +191,57 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
     ids, comp_mask, first, expand = (t.to(device) for t in (ids, comp_mask, first, expand))
 
     decoder, head = split_head(model)
-    out, pre_attn, _ = prefill_prompts(decoder, uniq, pad_id, device)
-    cache = out.past_key_values
-    if not plain_cache(cache):
-        # not a plain growing cache (a model with its own cache type, or gradient checkpointing, which
-        # turns the cache off in training): use the unshared layout
-        return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
-    P = pre_attn.shape[1]
-    h_prompt = out.last_hidden_state[:, -1][expand]  # [b, d]: predicts each row's first token
-    # the hidden state that predicts column c: the prompt's last one at a row's first token (column
-    # Lc - len_r), block column c - 1 for every later token
-    if Lc > 1:
-        cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
-        attn = torch.cat([pre_attn[expand], comp_mask[:, :-1].long()], dim=1)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
-        out = decoder(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
-                      use_cache=True)
-        shifted = torch.cat([h_prompt[:, None], out.last_hidden_state], dim=1)  # [b, Lc, d]
-    else:  # one-token completions: the prompt pass predicts them all, the block is empty
-        shifted = h_prompt[:, None]
+    every_token = torch.tensor(sorted({t for k in uniq for t in k} | {pad_id}), dtype=torch.long, device=device)
+    with _one_embedding_lookup(decoder, torch.cat([every_token, ids.flatten()])):
+        out, pre_attn, _ = prefill_prompts(decoder, uniq, pad_id, device)
+        cache = out.past_key_values
+        if not plain_cache(cache):
+            # not a plain growing cache (a model with its own cache type, or gradient checkpointing, which
+            # turns the cache off in training): use the unshared layout
+            return forward_logprobs(model, samples, temperature, pad_id, with_entropy, share_prompts=False)
+        P = pre_attn.shape[1]
+        h_prompt = out.last_hidden_state[:, -1][expand]  # [b, d]: predicts each row's first token
+        # the hidden state that predicts column c: the prompt's last one at a row's first token (column
+        # Lc - len_r), block column c - 1 for every later token
+        if Lc > 1:
+            cache.batch_select_indices(expand)  # one row per sample; differentiable indexing
+            attn = torch.cat([pre_attn[expand], comp_mask[:, :-1].long()], dim=1)
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]
+            out = decoder(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                          use_cache=True)
+            shifted = torch.cat([h_prompt[:, None], out.last_hidden_state], dim=1)  # [b, Lc, d]
+        else:  # one-token completions: the prompt pass predicts them all, the block is empty
+            shifted = h_prompt[:, None]
     hidden = torch.where(first[..., None], h_prompt[:, None], shifted)
     return _scatter_logprobs(head, hidden, ids, comp_mask, temperature, with_entropy)
+
+
+@contextlib.contextmanager
+def _one_embedding_lookup(decoder, token_ids: torch.Tensor):
+    """Within the block, the decoder's input embedding returns rows of one lookup of the distinct ``token_ids``
+    (every id its calls will embed) instead of looking the matrix up at each call. The embeddings are the
+    same, and so is the gradient up to the order of float sums, but the backward pass writes one dense
+    gradient of the [V, d] embedding matrix instead of one per decoder call (three in the shared layout:
+    the common prefix, the prompts' remainders, the completions), which for a 150k-token vocabulary is
+    0.5 GB zeroed and added per call. Only with gradients on; a no-op otherwise."""
+    embed = decoder.get_input_embeddings() if hasattr(decoder, "get_input_embeddings") else None
+    weight = getattr(embed, "weight", None)
+    if embed is None or weight is None or not (torch.is_grad_enabled() and weight.requires_grad):
+        yield
+        return
+    vocab = torch.unique(token_ids)  # sorted
+    rows = embed(vocab)
+
+    def from_rows(module, args, output):
+        if not args or not isinstance(args[0], torch.Tensor):
+            return None  # called some other way: keep the module's own lookup
+        return rows[torch.searchsorted(vocab, args[0])]
+
+    handle = embed.register_forward_hook(from_rows)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def sequence_logprobs(model, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
