@@ -21,8 +21,9 @@ VERL_CURRENT_PACKAGES := verl==0.9.1 TransferQueue==0.1.11 hydra-core==1.3.8 ome
 STAMP := $(VENV)/.rlcurate-installed
 # Everything but torch is installed by uv, which downloads and unpacks in parallel: the same files as pip's install
 # (compared file by file in a fresh clone), 7 s against pip's 100 s for the package and its extras on a 2-core machine.
-# Copied from uv's cache, not hard-linked, so that nothing in the environment is shared with the cache.
-UV_PIP := UV_LINK_MODE=copy $(BIN)/uv pip install --python $(BIN)/python
+# Copied from uv's cache, not hard-linked, so that nothing in the environment is shared with the cache; its
+# temporary files (build locks) go into the environment's folder, not the machine's temporary directory.
+UV_PIP := mkdir -p $(VENV)/uv-tmp && TMPDIR=$(abspath $(VENV))/uv-tmp UV_LINK_MODE=copy $(BIN)/uv pip install --python $(BIN)/python
 # Bytecode: pip compiles what it installs on one core (about 95 s of a 3 min 50 s set-up on a 2-core machine), uv
 # not at all; compiling afterwards on every core takes about 70 s. Compiled it must be: where
 # PYTHONDONTWRITEBYTECODE is set, nothing compiled at import is kept, and every process would compile torch again.
