@@ -1,7 +1,7 @@
 """How long the README's two set-up commands take on a fresh clone, as CI runs them (README, *Two commands*).
 
-Clones this repository's HEAD into a temporary folder with ``../shared`` beside it, points the SmolLM2 cache at an
-empty folder (a fresh CI machine has none) and sets ``RLCURATE_REQUIRE_BROWSER=1`` (CI fails without the browser
+Clones this repository's HEAD into a temporary folder with ``../shared`` beside it, points the SmolLM2 cache and uv's
+download cache at empty folders (a fresh CI machine has neither) and sets ``RLCURATE_REQUIRE_BROWSER=1`` (CI fails without the browser
 check), then times ``make setup`` and ``make test`` there. Records the seconds of each, the suite's counts, its 40
 slowest tests and the machine with its load average before and after: a timing means something only on a machine
 that ran nothing else meanwhile, which the load average shows. About 22 minutes on a 2-core AMD EPYC.
@@ -44,11 +44,13 @@ def parse(log: str) -> dict:
 def run_fresh_clone(log_path: Path) -> tuple[float, float]:
     """Clone, ``make setup``, ``make test``; the output goes to ``log_path``. Returns (set-up seconds, total)."""
     with tempfile.TemporaryDirectory(prefix="rlcurate_fresh_clone_") as tmp:
-        clone, cache = Path(tmp) / "main", Path(tmp) / "cache"
+        clone, cache, uv_cache = Path(tmp) / "main", Path(tmp) / "cache", Path(tmp) / "uv-cache"
         cache.mkdir()
+        uv_cache.mkdir()
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
         (Path(tmp) / "shared").symlink_to(REPO.parent / "shared")
-        env = {**os.environ, "RLCURATE_CACHE_DIR": str(cache), "RLCURATE_REQUIRE_BROWSER": "1"}
+        env = {**os.environ, "RLCURATE_CACHE_DIR": str(cache), "UV_CACHE_DIR": str(uv_cache),
+               "RLCURATE_REQUIRE_BROWSER": "1"}
         env.pop("VIRTUAL_ENV", None)
         with open(log_path, "w") as log:
             t0 = time.perf_counter()
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
         log_path = Path(tempfile.mkdtemp(prefix="rlcurate_make_test_")) / "make_test.log"
         t_setup, t_total = run_fresh_clone(log_path)
         how = "bench/time_make_test.py"
-    result = {**header("make setup and make test on a fresh clone, an empty SmolLM2 cache, the browser check "
+    result = {**header("make setup and make test on a fresh clone, empty SmolLM2 and uv caches, the browser check "
                        "required (as CI runs them)"),
               "how": how, "tested_commit": args.commit if args.log and args.commit else None,
               "setup_seconds": round(t_setup, 1), "test_seconds": round(t_total - t_setup, 1),

@@ -62,16 +62,30 @@ def _nodes_named(tensor, name):
 
 def test_the_shared_layout_looks_the_embedding_matrix_up_once(tiny_model_and_tokenizer):
     """Three decoder calls (a common prefix, the prompts, the completions), one dense embedding gradient: the
-    backward graph holds one embedding lookup, and without gradients the module is left as it was."""
+    backward graph holds one embedding lookup, the gradients are the unshared layout's, and no hook is left on
+    the module, after a call with gradients or without."""
+    import warnings
+
     model, tok = tiny_model_and_tokenizer
     model.train()
     prefix = list(range(4, 20))  # 16 tokens every prompt begins with: encoded once
-    samples = [TrainSample(prefix + p, c, 1.0) for p, c in [([21, 22], [23, 24, 25]), ([26], [27, 28])] * 2]
-    logp, mask, _ = forward_logprobs(model, samples, 1.0, tok.pad_token_id)
+    samples = [TrainSample(prefix + p, c, float(a)) for a, (p, c) in
+               enumerate([([21, 22], [23, 24, 25]), ([26], [27, 28])] * 2)]
+    aggregation_coefficients(samples, "token-mean", 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. a non-contiguous tensor handed to searchsorted
+        logp, mask, _ = forward_logprobs(model, samples, 1.0, tok.pad_token_id)
     assert _nodes_named(logp, "EmbeddingBackward0") == 1
-    unshared, _, _ = forward_logprobs(model, samples, 1.0, tok.pad_token_id, share_prompts=False)
-    assert torch.allclose(logp[mask], unshared[mask], atol=1e-5)
-    assert not model.get_input_embeddings()._forward_hooks  # the lookup's hook is gone after the call
+    assert not model.get_input_embeddings()._forward_hooks
+    shared = _loss_and_grads(model, samples, tok.pad_token_id, share=True)
+    unshared = _loss_and_grads(model, samples, tok.pad_token_id, share=False)
+    assert torch.allclose(shared[0][mask], unshared[0][mask], atol=1e-5)
+    for ga, gb in zip(shared[4], unshared[4]):
+        assert torch.allclose(ga, gb, atol=1e-6, rtol=1e-4)
+    with torch.no_grad():
+        again, _, _ = forward_logprobs(model, samples, 1.0, tok.pad_token_id)
+    assert torch.allclose(again[mask], logp.detach()[mask], atol=1e-6)
+    assert not model.get_input_embeddings()._forward_hooks
 
 
 def test_sharing_is_skipped_when_it_cannot_help_or_be_exact(tiny_model_and_tokenizer):

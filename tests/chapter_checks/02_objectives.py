@@ -43,6 +43,11 @@ def check(records):
     for model, shares in quoted.items():
         rows = on[model]["objectives"]
         assert all(abs(100 * rows[o]["share_all_wrong"] - v) < 0.05 for o, v in shares.items()), model
+    text = {"tiny model": {"linear": 31, "power (α = 0.5)": 50, "log": 67},  # the whole percentages the text quotes
+            "SmolLM2-135M": {"linear": 50, "power (α = 0.5)": 68, "log": 82}}
+    for model, shares in text.items():
+        rows = on[model]["objectives"]
+        assert all(round(100 * rows[o]["share_all_wrong"]) == v for o, v in shares.items()), model
     changes = {"tiny model": (8.0, 22.4), "SmolLM2-135M": (5.3, 14.7)}  # arcsine, log
     for model, (arc, log) in changes.items():
         rows = on[model]["objectives"]

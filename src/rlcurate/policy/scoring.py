@@ -218,12 +218,13 @@ def _forward_logprobs_shared(model, samples: Sequence[TrainSample], temperature:
 
 @contextlib.contextmanager
 def _one_embedding_lookup(decoder, token_ids: torch.Tensor):
-    """Within the block, the decoder's input embedding returns rows of one lookup of the distinct ``token_ids``
-    (every id its calls will embed) instead of looking the matrix up at each call. The embeddings are the
-    same, and so is the gradient up to the order of float sums, but the backward pass writes one dense
-    gradient of the [V, d] embedding matrix instead of one per decoder call (three in the shared layout:
-    the common prefix, the prompts' remainders, the completions), which for a 150k-token vocabulary is
-    0.5 GB zeroed and added per call. Only with gradients on; a no-op otherwise."""
+    """Within the block, the decoder's input embedding returns rows of one lookup of the distinct ``token_ids``.
+    The embeddings are the same, and so is the gradient up to the order of float sums, but the backward pass
+    writes one dense gradient of the [V, d] embedding matrix instead of one per decoder call (three in the
+    shared layout: the common prefix, the prompts' remainders, the completions), which for a 150k-token
+    vocabulary is 0.5 GB zeroed and added per call. (A forward hook: each call's own lookup still runs, a
+    gather of its ids' rows, but nothing flows back through it.) ``token_ids`` must hold every id the block's
+    calls embed: an id outside it would get a neighbouring id's row. Only with gradients on; a no-op otherwise."""
     embed = decoder.get_input_embeddings() if hasattr(decoder, "get_input_embeddings") else None
     weight = getattr(embed, "weight", None)
     if embed is None or weight is None or not (torch.is_grad_enabled() and weight.requires_grad):
@@ -235,7 +236,7 @@ def _one_embedding_lookup(decoder, token_ids: torch.Tensor):
     def from_rows(module, args, output):
         if not args or not isinstance(args[0], torch.Tensor):
             return None  # called some other way: keep the module's own lookup
-        return rows[torch.searchsorted(vocab, args[0])]
+        return rows[torch.searchsorted(vocab, args[0].contiguous())]
 
     handle = embed.register_forward_hook(from_rows)
     try:
